@@ -1,0 +1,446 @@
+//! Every message with its op code.
+//!
+//! Three kinds of message share the envelope:
+//! - a [`Request`] from the connector (non-zero request id; [`Request::Ack`] is the one request that
+//!   is never answered),
+//! - a [`Response`] from the agent, carrying the id of the request it answers,
+//! - a [`Push`] from the agent, unsolicited, with request id [`PUSH_ID`].
+//!
+//! Op codes are explicit and never reused: requests `0x0001..`, responses `0x8000..`, pushes
+//! `0x4000..`, error `0xFFFF`. A changed message gets a new op code; the old one stays decodable.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::envelope::{Envelope, PUSH_ID};
+use crate::error::{DecodeError, ErrorReply};
+use crate::hello::{Hello, Welcome};
+use crate::types::{
+    Binding, EndReason, ExitStatus, Incarnation, LeaseInfo, PaneKey, PtyId, SpawnSpec, TermSize,
+};
+
+/// Keep-alive probe; the agent answers [`Pong`] with the same nonce.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ping {
+    /// Echoed back.
+    pub nonce: u64,
+}
+
+/// Answer to [`Ping`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pong {
+    /// The ping's nonce.
+    pub nonce: u64,
+}
+
+/// Create a PTY for a pane, or return the live one (idempotent; rule D). The only op that spawns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Create {
+    /// The pane.
+    pub pane: PaneKey,
+    /// What to run if a new PTY is needed. Ignored when the pane already has a live PTY.
+    pub spec: SpawnSpec,
+}
+
+/// Answer to [`Create`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Created {
+    /// The pane's live binding.
+    pub binding: Binding,
+    /// `true` when the pane already had a live PTY and nothing was spawned.
+    pub existed: bool,
+}
+
+/// Subscribe this connection to a pane's output. Never spawns (rule B).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attach {
+    /// The pane.
+    pub pane: PaneKey,
+    /// When set, the pane's PTY must be this one, else [`ErrorReply::Mismatch`] (used after
+    /// reconnect so keystrokes reach the same shell as before).
+    pub expect: Option<PtyId>,
+    /// Output offset to resume from (bytes since the PTY was created). `None` means "from now":
+    /// no replay. Replay starts at the oldest byte still held when this is older.
+    pub resume_from: Option<u64>,
+}
+
+/// Answer to [`Attach`]. Output pushes follow from `replay_from` on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attached {
+    /// The pane's live binding.
+    pub binding: Binding,
+    /// Offset of the first byte the following output pushes carry.
+    pub replay_from: u64,
+    /// Offset of the end of output at attach time.
+    pub end_offset: u64,
+    /// Bytes between `resume_from` and `replay_from` that the agent no longer holds (never a
+    /// silent jump: rule E). Zero when nothing was lost.
+    pub lost: u64,
+    /// Current size.
+    pub size: TermSize,
+}
+
+/// Keystrokes or pasted bytes for the PTY.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Input {
+    /// Exact binding (rule C).
+    pub binding: Binding,
+    /// Bytes to write to the PTY.
+    pub data: Vec<u8>,
+}
+
+/// Change the PTY's size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resize {
+    /// Exact binding (rule C).
+    pub binding: Binding,
+    /// New size.
+    pub size: TermSize,
+}
+
+/// Send a signal to the PTY's foreground process group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Signal {
+    /// Exact binding (rule C).
+    pub binding: Binding,
+    /// Signal number (Linux numbering, e.g. 2 for SIGINT).
+    pub signal: i32,
+}
+
+/// End the PTY: SIGHUP to its process group, SIGKILL after 3 s if the shell is still the agent's
+/// child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Kill {
+    /// Exact binding (rule C).
+    pub binding: Binding,
+}
+
+/// Stop receiving this pane's output on this connection; the PTY keeps running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detach {
+    /// Exact binding (rule C).
+    pub binding: Binding,
+}
+
+/// List every lease the agent knows, including ended ones and those of earlier incarnations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListLeases {}
+
+/// Answer to [`ListLeases`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leases {
+    /// All leases, sorted by pane key then PTY id.
+    pub leases: Vec<LeaseInfo>,
+}
+
+/// Credit: the connector has consumed this pane's output up to `offset`. Never answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// The PTY.
+    pub pty: PtyId,
+    /// Offset up to which output was consumed.
+    pub offset: u64,
+}
+
+/// Ask for the agent's status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusRequest {}
+
+/// Lease counts by state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LeaseCounts {
+    /// Leases with a live connection.
+    pub attached: u32,
+    /// Live PTYs with no connection.
+    pub detached: u32,
+    /// Ended leases still remembered.
+    pub ended: u32,
+    /// Superseded leases.
+    pub superseded: u32,
+}
+
+/// Answer to [`StatusRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// Agent build version.
+    pub agent_version: String,
+    /// This daemon start's incarnation.
+    pub incarnation: Incarnation,
+    /// Process id of the daemon.
+    pub pid: u32,
+    /// Daemon start time, in milliseconds since the Unix epoch.
+    pub started_ms: u64,
+    /// Time since start, in milliseconds.
+    pub uptime_ms: u64,
+    /// Lease counts.
+    pub leases: LeaseCounts,
+    /// Number of client connections now.
+    pub connections: u32,
+}
+
+/// Exempt a lease from lifecycle expiry, or take the exemption back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Protect {
+    /// Exact binding (rule C).
+    pub binding: Binding,
+    /// New value.
+    pub protected: bool,
+}
+
+/// Success with no data (answers input, resize, signal, kill, detach, protect).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Done {}
+
+/// PTY output: `data` starts at byte `offset` of the PTY's stream. Offsets of consecutive pushes
+/// for one PTY are contiguous unless an [`OutputGap`] says otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    /// The PTY.
+    pub pty: PtyId,
+    /// Offset of `data[0]`.
+    pub offset: u64,
+    /// At most [`MAX_OUTPUT_CHUNK`](crate::MAX_OUTPUT_CHUNK) bytes.
+    pub data: Vec<u8>,
+}
+
+/// Bytes `from..to` of a PTY's output are no longer held by the agent and will not be sent
+/// (rule E: never a silent jump). The next output starts at `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputGap {
+    /// The PTY.
+    pub pty: PtyId,
+    /// First lost byte.
+    pub from: u64,
+    /// First byte that will be sent again.
+    pub to: u64,
+}
+
+/// The PTY's process ended. Sent to every attached connection after the last output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exited {
+    /// The binding that ended.
+    pub binding: Binding,
+    /// How it ended.
+    pub exit: ExitStatus,
+    /// Why.
+    pub reason: EndReason,
+    /// Event key: the output end offset at exit. `(pty, event_key)` is unique, so an app that saw
+    /// it before a replay can drop the repeat.
+    pub event_key: u64,
+}
+
+macro_rules! ops {
+    ($( $variant:ident = $code:literal ),* $(,)?) => {
+        /// Op codes. Explicit, never reused.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum Op {
+            $(
+                #[allow(missing_docs)]
+                $variant = $code,
+            )*
+        }
+
+        impl Op {
+            /// The op for a code, if this build knows it.
+            pub fn from_code(code: u16) -> Option<Op> {
+                match code {
+                    $( $code => Some(Op::$variant), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+ops! {
+    Hello = 0x0001,
+    Ping = 0x0002,
+    Create = 0x0010,
+    Attach = 0x0011,
+    Input = 0x0012,
+    Resize = 0x0013,
+    Signal = 0x0014,
+    Kill = 0x0015,
+    Detach = 0x0016,
+    ListLeases = 0x0017,
+    Ack = 0x0018,
+    Status = 0x0019,
+    Protect = 0x001A,
+    Done = 0x8000,
+    Welcome = 0x8001,
+    Pong = 0x8002,
+    Created = 0x8010,
+    Attached = 0x8011,
+    Leases = 0x8017,
+    StatusReply = 0x8019,
+    Output = 0x4001,
+    OutputGap = 0x4002,
+    Exited = 0x4003,
+    Error = 0xFFFF,
+}
+
+macro_rules! message_enum {
+    ($(#[$meta:meta])* $name:ident { $( $variant:ident($ty:ty) ),* $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum $name {
+            $(
+                #[allow(missing_docs)]
+                $variant($ty),
+            )*
+        }
+
+        impl $name {
+            /// The op code of this message.
+            pub fn op(&self) -> Op {
+                match self {
+                    $( $name::$variant(_) => Op::$variant, )*
+                }
+            }
+
+            fn encode_body(&self) -> Vec<u8> {
+                match self {
+                    $( $name::$variant(m) => to_vec(m), )*
+                }
+            }
+
+            fn decode_body(op: Op, id: u64, body: &[u8]) -> Option<Result<Self, DecodeError>> {
+                match op {
+                    $( Op::$variant => Some(from_body::<$ty>(id, op, body).map($name::$variant)), )*
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+message_enum! {
+    /// A request from connector to agent.
+    Request {
+        Hello(Hello),
+        Ping(Ping),
+        Create(Create),
+        Attach(Attach),
+        Input(Input),
+        Resize(Resize),
+        Signal(Signal),
+        Kill(Kill),
+        Detach(Detach),
+        ListLeases(ListLeases),
+        Ack(Ack),
+        Status(StatusRequest),
+        Protect(Protect),
+    }
+}
+
+message_enum! {
+    /// A reply from agent to connector.
+    Response {
+        Done(Done),
+        Welcome(Welcome),
+        Pong(Pong),
+        Created(Created),
+        Attached(Attached),
+        Leases(Leases),
+        StatusReply(Status),
+        Error(ErrorReply),
+    }
+}
+
+message_enum! {
+    /// An unsolicited message from agent to connector.
+    Push {
+        Output(Output),
+        OutputGap(OutputGap),
+        Exited(Exited),
+    }
+}
+
+/// Any message, with the request id it travels under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// A request and its id (non-zero).
+    Request(u64, Request),
+    /// A reply to the request with that id.
+    Response(u64, Response),
+    /// A push (travels with id 0).
+    Push(Push),
+}
+
+impl Message {
+    /// Encodes to the bytes of one frame body.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_envelope().to_bytes()
+    }
+
+    /// Builds the envelope of this message.
+    pub fn to_envelope(&self) -> Envelope {
+        let (id, op, body) = match self {
+            Message::Request(id, m) => (*id, m.op(), m.encode_body()),
+            Message::Response(id, m) => (*id, m.op(), m.encode_body()),
+            Message::Push(m) => (PUSH_ID, m.op(), m.encode_body()),
+        };
+        Envelope {
+            id,
+            op: op as u16,
+            body,
+        }
+    }
+
+    /// Decodes one frame body.
+    ///
+    /// # Errors
+    /// [`DecodeError::UnknownOp`] (with the id, so it can be answered) for an op code this build
+    /// does not know; other [`DecodeError`]s for malformed bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, DecodeError> {
+        Self::from_envelope(&Envelope::from_bytes(bytes)?)
+    }
+
+    /// Decodes a message from an already decoded envelope.
+    ///
+    /// # Errors
+    /// As [`Message::from_bytes`].
+    pub fn from_envelope(env: &Envelope) -> Result<Self, DecodeError> {
+        let unknown = DecodeError::UnknownOp {
+            id: env.id,
+            op: env.op,
+        };
+        let Some(op) = Op::from_code(env.op) else {
+            return Err(unknown);
+        };
+        if let Some(r) = Request::decode_body(op, env.id, &env.body) {
+            return r.map(|m| Message::Request(env.id, m));
+        }
+        if let Some(r) = Response::decode_body(op, env.id, &env.body) {
+            return r.map(|m| Message::Response(env.id, m));
+        }
+        if let Some(r) = Push::decode_body(op, env.id, &env.body) {
+            return r.map(Message::Push);
+        }
+        Err(unknown)
+    }
+}
+
+fn to_vec<T: Serialize>(m: &T) -> Vec<u8> {
+    postcard::to_stdvec(m).expect("encoding into a Vec cannot fail")
+}
+
+fn from_body<T: DeserializeOwned>(id: u64, op: Op, body: &[u8]) -> Result<T, DecodeError> {
+    // Trailing bytes are allowed: a newer peer may have appended fields (see docs/protocol.md).
+    postcard::take_from_bytes::<T>(body)
+        .map(|(m, _rest)| m)
+        .map_err(|source| DecodeError::Body {
+            id,
+            op: op as u16,
+            source,
+        })
+}
+
+impl From<ErrorReply> for Response {
+    fn from(e: ErrorReply) -> Self {
+        Response::Error(e)
+    }
+}
+
