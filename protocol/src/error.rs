@@ -43,7 +43,9 @@ pub enum DecodeError {
 /// A typed refusal from the agent, sent as the reply to a request (op
 /// [`Op::Error`](crate::Op::Error)).
 ///
-/// Append-only: new kinds are added at the end; existing kinds never change fields.
+/// Append-only: new kinds are added at the end; existing kinds never change fields. An old reader
+/// cannot decode a new kind, so a new kind is only sent to peers that negotiated it (capability or
+/// minor version); older peers get the closest existing kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum ErrorReply {
     /// No lease has ever been recorded for this pane (attach never creates: rule B).

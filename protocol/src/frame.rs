@@ -9,8 +9,8 @@
 //! wraps a reader/writer with `FramedRead`/`FramedWrite`. It is stateless between calls: "is a whole
 //! frame here?" is answered from the buffer alone.
 
-use bytes::{Bytes, BytesMut};
 use bytes::{Buf, BufMut};
+use bytes::{Bytes, BytesMut};
 use tokio_util::codec::{Decoder, Encoder};
 
 /// Default hard maximum of one frame body, in bytes (1 MiB). Both sides announce their limit in
@@ -123,7 +123,10 @@ mod tests {
         let mut codec = FrameCodec::new(16);
         let mut buf = BytesMut::from(&[0u8, 0, 0, 17][..]);
         let err = codec.decode(&mut buf).unwrap_err();
-        assert!(matches!(err, FrameError::TooLarge { len: 17, max: 16 }), "{err}");
+        assert!(
+            matches!(err, FrameError::TooLarge { len: 17, max: 16 }),
+            "{err}"
+        );
         // Nothing was reserved for the announced body.
         assert!(buf.capacity() < 1024);
     }
@@ -132,7 +135,9 @@ mod tests {
     fn encoder_refuses_oversized_items() {
         let mut codec = FrameCodec::new(4);
         let mut dst = BytesMut::new();
-        assert!(codec.encode(Bytes::from_static(b"12345"), &mut dst).is_err());
+        assert!(codec
+            .encode(Bytes::from_static(b"12345"), &mut dst)
+            .is_err());
         codec.encode(Bytes::from_static(b"1234"), &mut dst).unwrap();
         assert_eq!(&dst[..], &[0, 0, 0, 4, b'1', b'2', b'3', b'4']);
     }

@@ -443,4 +443,3 @@ impl From<ErrorReply> for Response {
         Response::Error(e)
     }
 }
-

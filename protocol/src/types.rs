@@ -1,7 +1,10 @@
 //! Identities and records shared by several messages.
 //!
-//! Every struct here is part of the wire format: fields may only be appended (see
-//! `docs/protocol.md`), never reordered or retyped.
+//! Every type here is part of the wire format and is nested inside message bodies (or repeated in
+//! lists), so its shape is frozen: no field may be added, removed, reordered or retyped, because
+//! an old reader would take appended bytes for the next field. Enum variants may only be appended,
+//! and only sent to peers that negotiated them. A changed record is a new type carried by a new op
+//! code (see `docs/protocol.md`, "Compatibility").
 
 use std::fmt;
 
@@ -32,7 +35,11 @@ pub struct PaneKey {
 
 impl PaneKey {
     /// Builds a pane key from its three parts.
-    pub fn new(workspace: impl Into<String>, tab: impl Into<String>, leaf: impl Into<String>) -> Self {
+    pub fn new(
+        workspace: impl Into<String>,
+        tab: impl Into<String>,
+        leaf: impl Into<String>,
+    ) -> Self {
         PaneKey {
             workspace: WorkspaceId(workspace.into()),
             tab: tab.into(),

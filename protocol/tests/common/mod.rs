@@ -1,0 +1,628 @@
+//! The golden table shared by `golden.rs` and `malformed.rs`: one deterministic sample of every
+//! message and the exact bytes it must encode to.
+//!
+//! Expected bytes are written as hex in four space-separated groups, `id op len body`: the
+//! envelope's request id (varint), op code (varint), body length (varint), then the postcard body.
+//! Spaces carry no meaning for the comparison; inside the body they separate fields where that
+//! helps reading.
+//!
+//! These literals were produced once by the encoder, checked by hand, and frozen. If a test fails
+//! because one of them changed, the wire shape changed: that needs a new op code or a major version
+//! (see `docs/protocol.md`), not a new literal.
+
+use relay_protocol::message::{
+    Ack, Attach, Attached, Create, Created, Detach, Done, Exited, Input, Kill, LeaseCounts, Leases,
+    ListLeases, Output, OutputGap, Ping, Pong, Protect, Resize, Signal, Status, StatusRequest,
+};
+use relay_protocol::{
+    Binding, Capability, EndReason, ErrorReply, ExitStatus, Hello, Incarnation, LeaseInfo,
+    LeaseState, Limits, Message, PaneKey, PtyId, Push, Request, Response, SpawnSpec, TermSize,
+    Welcome, MAGIC,
+};
+
+/// One row of the golden table.
+pub struct Golden {
+    /// Unique, human-readable name of the sample.
+    pub name: &'static str,
+    /// The message.
+    pub message: Message,
+    /// Its frame body as hex (whitespace ignored).
+    pub hex: &'static str,
+}
+
+impl Golden {
+    /// The expected bytes.
+    pub fn bytes(&self) -> Vec<u8> {
+        let compact: String = self.hex.split_whitespace().collect();
+        hex::decode(&compact).unwrap_or_else(|e| panic!("{}: bad hex literal: {e}", self.name))
+    }
+}
+
+fn golden(name: &'static str, message: Message, hex: &'static str) -> Golden {
+    Golden { name, message, hex }
+}
+
+/// Incarnation used by every sample: large enough to need a 9-byte varint.
+pub const INCARNATION: Incarnation = Incarnation(0x0123_4567_89ab_cdef);
+
+fn pane() -> PaneKey {
+    PaneKey::new("api", "t1", "l2")
+}
+
+fn pty(counter: u64) -> PtyId {
+    PtyId {
+        incarnation: INCARNATION,
+        counter,
+    }
+}
+
+fn binding() -> Binding {
+    Binding {
+        pane: pane(),
+        pty: pty(7),
+    }
+}
+
+/// 200 columns needs a 2-byte varint, 50 rows a 1-byte one.
+fn size() -> TermSize {
+    TermSize {
+        cols: 200,
+        rows: 50,
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn caps(items: &[&str]) -> Vec<Capability> {
+    items.iter().map(|s| Capability(s.to_string())).collect()
+}
+
+fn req(id: u64, r: Request) -> Message {
+    Message::Request(id, r)
+}
+
+fn resp(id: u64, r: Response) -> Message {
+    Message::Response(id, r)
+}
+
+fn err(id: u64, e: ErrorReply) -> Message {
+    Message::Response(id, Response::Error(e))
+}
+
+fn push(p: Push) -> Message {
+    Message::Push(p)
+}
+
+fn lease(pty_counter: u64, state: LeaseState) -> LeaseInfo {
+    LeaseInfo {
+        binding: Binding {
+            pane: pane(),
+            pty: pty(pty_counter),
+        },
+        state,
+        pid: None,
+        since_ms: 1_700_000_000_000,
+        last_output_ms: None,
+        bytes_out: 0,
+        command: Vec::new(),
+        exit: None,
+        reason: None,
+        protected: false,
+        attached: 0,
+        size: TermSize::default(),
+    }
+}
+
+/// Every sample, in op-code order.
+pub fn cases() -> Vec<Golden> {
+    vec![
+        // ---- requests ----
+        golden(
+            "hello",
+            req(
+                1,
+                Request::Hello(Hello {
+                    magic: MAGIC,
+                    major: 1,
+                    minor: 0,
+                    client_id: "app-1".into(),
+                    client_version: "0.1.0".into(),
+                    capabilities: caps(&[
+                        Capability::PTY,
+                        Capability::CREDIT,
+                        Capability::PROTECT,
+                        Capability::STATUS,
+                    ]),
+                    max_frame: 1024 * 1024,
+                }),
+            ),
+            concat!(
+                "01 01 31 d982b19205 01 00 056170702d31 05302e312e30 04 ",
+                "03707479 06637265646974 0770726f74656374 06737461747573 ",
+                "808040",
+            ),
+        ),
+        golden(
+            "ping",
+            req(2, Request::Ping(Ping { nonce: 0xfeed })),
+            "02 02 03 edfd03",
+        ),
+        golden(
+            "create",
+            req(
+                3,
+                Request::Create(Create {
+                    pane: pane(),
+                    spec: SpawnSpec {
+                        command: strings(&["bash", "-l"]),
+                        cwd: Some("/home/u/proj".into()),
+                        term: None,
+                        size: size(),
+                        env: vec![("LANG".into(), "C.UTF-8".into())],
+                    },
+                }),
+            ),
+            concat!(
+                "03 10 33 03617069027431026c32 02 0462617368 022d6c ",
+                "010c2f686f6d652f752f70726f6a 00 c80132 01 044c414e47 ",
+                "07432e5554462d38",
+            ),
+        ),
+        golden(
+            "create_default_spec",
+            req(
+                3,
+                Request::Create(Create {
+                    pane: pane(),
+                    spec: SpawnSpec::default(),
+                }),
+            ),
+            "03 10 10 03617069027431026c32 00 00 00 5018 00",
+        ),
+        golden(
+            "attach_resume",
+            req(
+                4,
+                Request::Attach(Attach {
+                    pane: pane(),
+                    expect: Some(pty(7)),
+                    resume_from: Some(300),
+                }),
+            ),
+            "04 11 18 03617069027431026c32 01ef9bafcdf8acd1910107 01ac02",
+        ),
+        golden(
+            "attach_from_now",
+            req(
+                5,
+                Request::Attach(Attach {
+                    pane: pane(),
+                    expect: None,
+                    resume_from: None,
+                }),
+            ),
+            "05 11 0c 03617069027431026c32 00 00",
+        ),
+        golden(
+            "input",
+            req(
+                6,
+                Request::Input(Input {
+                    binding: binding(),
+                    data: b"ls\r".to_vec(),
+                }),
+            ),
+            "06 12 18 03617069027431026c32ef9bafcdf8acd1910107 036c730d",
+        ),
+        golden(
+            "resize",
+            req(
+                7,
+                Request::Resize(Resize {
+                    binding: binding(),
+                    size: TermSize {
+                        cols: 100,
+                        rows: 30,
+                    },
+                }),
+            ),
+            "07 13 16 03617069027431026c32ef9bafcdf8acd1910107 641e",
+        ),
+        golden(
+            "signal",
+            req(
+                8,
+                Request::Signal(Signal {
+                    binding: binding(),
+                    signal: 2,
+                }),
+            ),
+            "08 14 15 03617069027431026c32ef9bafcdf8acd1910107 04",
+        ),
+        golden(
+            "kill",
+            req(9, Request::Kill(Kill { binding: binding() })),
+            "09 15 14 03617069027431026c32ef9bafcdf8acd1910107",
+        ),
+        golden(
+            "detach",
+            req(10, Request::Detach(Detach { binding: binding() })),
+            "0a 16 14 03617069027431026c32ef9bafcdf8acd1910107",
+        ),
+        golden(
+            "list_leases",
+            req(11, Request::ListLeases(ListLeases {})),
+            "0b 17 00",
+        ),
+        golden(
+            "ack",
+            req(
+                12,
+                Request::Ack(Ack {
+                    pty: pty(7),
+                    offset: 65_536,
+                }),
+            ),
+            "0c 18 0d ef9bafcdf8acd1910107 808004",
+        ),
+        golden(
+            "status",
+            req(13, Request::Status(StatusRequest {})),
+            "0d 19 00",
+        ),
+        golden(
+            "protect",
+            req(
+                300,
+                Request::Protect(Protect {
+                    binding: binding(),
+                    protected: true,
+                }),
+            ),
+            "ac02 1a 15 03617069027431026c32ef9bafcdf8acd1910107 01",
+        ),
+        // ---- responses ----
+        golden("done", resp(6, Response::Done(Done {})), "06 808002 00"),
+        golden(
+            "welcome",
+            resp(
+                1,
+                Response::Welcome(Welcome {
+                    magic: MAGIC,
+                    major: 1,
+                    minor: 0,
+                    agent_version: "0.1.0".into(),
+                    incarnation: INCARNATION,
+                    capabilities: caps(&[Capability::PTY, Capability::CREDIT]),
+                    limits: Limits {
+                        max_frame: 1024 * 1024,
+                        window: 1024 * 1024,
+                        max_chunk: 64 * 1024,
+                        replay_bytes: 4 * 1024 * 1024,
+                    },
+                }),
+            ),
+            concat!(
+                "01 818002 2f d982b19205 01 00 05302e312e30 ",
+                "ef9bafcdf8acd19101 02 03707479 06637265646974 808040 808040 ",
+                "808004 80808002",
+            ),
+        ),
+        golden(
+            "pong",
+            resp(2, Response::Pong(Pong { nonce: 0xfeed })),
+            "02 828002 03 edfd03",
+        ),
+        golden(
+            "created",
+            resp(
+                3,
+                Response::Created(Created {
+                    binding: binding(),
+                    existed: false,
+                }),
+            ),
+            "03 908002 15 03617069027431026c32ef9bafcdf8acd1910107 00",
+        ),
+        golden(
+            "attached",
+            resp(
+                4,
+                Response::Attached(Attached {
+                    binding: binding(),
+                    replay_from: 300,
+                    end_offset: 4096,
+                    lost: 0,
+                    size: size(),
+                }),
+            ),
+            concat!(
+                "04 918002 1c 03617069027431026c32ef9bafcdf8acd1910107 ac02 ",
+                "8020 00 c80132",
+            ),
+        ),
+        golden(
+            "leases_attached_ended",
+            resp(
+                11,
+                Response::Leases(Leases {
+                    leases: vec![
+                        LeaseInfo {
+                            pid: Some(4100),
+                            bytes_out: 10,
+                            exit: Some(ExitStatus {
+                                code: 0,
+                                signal: None,
+                            }),
+                            reason: Some(EndReason::Exited),
+                            ..lease(6, LeaseState::Ended)
+                        },
+                        LeaseInfo {
+                            pid: Some(4242),
+                            last_output_ms: Some(1_700_000_000_500),
+                            bytes_out: 4096,
+                            command: strings(&["bash", "-l"]),
+                            protected: true,
+                            attached: 2,
+                            size: size(),
+                            ..lease(7, LeaseState::Attached)
+                        },
+                    ],
+                }),
+            ),
+            concat!(
+                "0b 978002 62 02 03617069027431026c32ef9bafcdf8acd1910106 02 ",
+                "018420 80d095ffbc31 00 0a 00 0100 00 0100 00 00 5018 ",
+                "03617069027431026c32ef9bafcdf8acd1910107 00 019221 ",
+                "80d095ffbc31 01f4d395ffbc31 8020 02 0462617368 022d6c 00 00 ",
+                "01 02 c80132",
+            ),
+        ),
+        golden(
+            "leases_detached_superseded",
+            resp(
+                11,
+                Response::Leases(Leases {
+                    leases: vec![
+                        lease(8, LeaseState::Detached),
+                        lease(9, LeaseState::Superseded),
+                    ],
+                }),
+            ),
+            concat!(
+                "0b 978002 4b 02 03617069027431026c32ef9bafcdf8acd1910108 01 ",
+                "00 80d095ffbc31 00 00 00 00 00 00 00 5018 ",
+                "03617069027431026c32ef9bafcdf8acd1910109 03 00 80d095ffbc31 ",
+                "00 00 00 00 00 00 00 5018",
+            ),
+        ),
+        golden(
+            "leases_empty",
+            resp(11, Response::Leases(Leases { leases: vec![] })),
+            "0b 978002 01 00",
+        ),
+        golden(
+            "status_reply",
+            resp(
+                13,
+                Response::StatusReply(Status {
+                    agent_version: "0.1.0".into(),
+                    incarnation: INCARNATION,
+                    pid: 4000,
+                    started_ms: 1_700_000_000_000,
+                    uptime_ms: 61_000,
+                    leases: LeaseCounts {
+                        attached: 1,
+                        detached: 2,
+                        ended: 3,
+                        superseded: 0,
+                    },
+                    connections: 1,
+                }),
+            ),
+            concat!(
+                "0d 998002 1f 05302e312e30 ef9bafcdf8acd19101 a01f ",
+                "80d095ffbc31 c8dc03 01 02 03 00 01",
+            ),
+        ),
+        // ---- error replies, one per kind (and both shapes of the optional fields) ----
+        golden(
+            "error_not_found",
+            err(4, ErrorReply::NotFound { pane: pane() }),
+            "04 ffff03 0b 00 03617069027431026c32",
+        ),
+        golden(
+            "error_ended_killed",
+            err(
+                4,
+                ErrorReply::Ended {
+                    pane: pane(),
+                    pty: pty(7),
+                    exit: Some(ExitStatus {
+                        code: 1,
+                        signal: Some("Hangup".into()),
+                    }),
+                    reason: EndReason::Killed,
+                },
+            ),
+            concat!(
+                "04 ffff03 20 01 03617069027431026c32 ef9bafcdf8acd1910107 ",
+                "0101 010648616e677570 01",
+            ),
+        ),
+        golden(
+            "error_ended_agent_restarted",
+            err(
+                4,
+                ErrorReply::Ended {
+                    pane: pane(),
+                    pty: pty(7),
+                    exit: None,
+                    reason: EndReason::AgentRestarted,
+                },
+            ),
+            "04 ffff03 17 01 03617069027431026c32 ef9bafcdf8acd1910107 00 02",
+        ),
+        golden(
+            "error_ended_expired",
+            err(
+                4,
+                ErrorReply::Ended {
+                    pane: pane(),
+                    pty: pty(7),
+                    exit: Some(ExitStatus {
+                        code: 1,
+                        signal: Some("Hangup".into()),
+                    }),
+                    reason: EndReason::Expired,
+                },
+            ),
+            concat!(
+                "04 ffff03 20 01 03617069027431026c32 ef9bafcdf8acd1910107 ",
+                "0101 010648616e677570 03",
+            ),
+        ),
+        golden(
+            "error_mismatch",
+            err(
+                6,
+                ErrorReply::Mismatch {
+                    pane: pane(),
+                    expected: pty(7),
+                    current: Some(pty(8)),
+                },
+            ),
+            concat!(
+                "06 ffff03 20 02 03617069027431026c32 ef9bafcdf8acd1910107 ",
+                "01ef9bafcdf8acd1910108",
+            ),
+        ),
+        golden(
+            "error_mismatch_no_live_pty",
+            err(
+                6,
+                ErrorReply::Mismatch {
+                    pane: pane(),
+                    expected: pty(7),
+                    current: None,
+                },
+            ),
+            "06 ffff03 16 02 03617069027431026c32 ef9bafcdf8acd1910107 00",
+        ),
+        golden(
+            "error_unsupported",
+            err(14, ErrorReply::Unsupported { op: 0x0042 }),
+            "0e ffff03 02 03 42",
+        ),
+        golden(
+            "error_limit_exceeded",
+            err(
+                6,
+                ErrorReply::LimitExceeded {
+                    what: "input".into(),
+                    limit: 1024 * 1024,
+                },
+            ),
+            "06 ffff03 0a 04 05696e707574 808040",
+        ),
+        golden(
+            "error_bad_request",
+            err(
+                15,
+                ErrorReply::BadRequest {
+                    message: "empty pane key".into(),
+                },
+            ),
+            "0f ffff03 10 05 0e656d7074792070616e65206b6579",
+        ),
+        golden(
+            "error_spawn_failed",
+            err(
+                3,
+                ErrorReply::SpawnFailed {
+                    message: "cwd /nope: not a directory".into(),
+                },
+            ),
+            concat!(
+                "03 ffff03 1c 06 ",
+                "1a637764202f6e6f70653a206e6f742061206469726563746f7279",
+            ),
+        ),
+        golden(
+            "error_incompatible",
+            err(
+                1,
+                ErrorReply::Incompatible {
+                    message: "connector speaks 2.0, agent 1.0".into(),
+                },
+            ),
+            concat!(
+                "01 ffff03 21 07 ",
+                "1f636f6e6e6563746f7220737065616b7320322e302c206167656e7420312e30",
+            ),
+        ),
+        golden(
+            "error_internal",
+            err(
+                9,
+                ErrorReply::Internal {
+                    message: "journal write failed".into(),
+                },
+            ),
+            "09 ffff03 16 08 146a6f75726e616c207772697465206661696c6564",
+        ),
+        // ---- pushes (request id 0) ----
+        golden(
+            "output",
+            push(Push::Output(Output {
+                pty: pty(7),
+                offset: 300,
+                data: b"hi\r\n".to_vec(),
+            })),
+            "00 818001 11 ef9bafcdf8acd1910107 ac02 0468690d0a",
+        ),
+        golden(
+            "output_gap",
+            push(Push::OutputGap(OutputGap {
+                pty: pty(7),
+                from: 300,
+                to: 1024,
+            })),
+            "00 828001 0e ef9bafcdf8acd1910107 ac02 8008",
+        ),
+        golden(
+            "exited",
+            push(Push::Exited(Exited {
+                binding: binding(),
+                exit: ExitStatus {
+                    code: 0,
+                    signal: None,
+                },
+                reason: EndReason::Exited,
+                event_key: 4096,
+            })),
+            concat!(
+                "00 838001 19 03617069027431026c32ef9bafcdf8acd1910107 00 00 ",
+                "00 8020",
+            ),
+        ),
+        golden(
+            "exited_killed",
+            push(Push::Exited(Exited {
+                binding: binding(),
+                exit: ExitStatus {
+                    code: 1,
+                    signal: Some("Killed".into()),
+                },
+                reason: EndReason::Killed,
+                event_key: 4096,
+            })),
+            concat!(
+                "00 838001 20 03617069027431026c32ef9bafcdf8acd1910107 01 ",
+                "01064b696c6c6564 01 8020",
+            ),
+        ),
+    ]
+}
