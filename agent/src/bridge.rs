@@ -1,0 +1,140 @@
+//! `relay-agent bridge`: a byte pipe between stdin/stdout (the SSH exec channel, or a local
+//! connector's pipes) and the daemon's Unix socket, starting the daemon if none answers.
+//!
+//! Start-up is race-free: connect; on failure take the flock on `run/spawn.lock`, connect again
+//! (another bridge may have started the daemon meanwhile), and only then start `relay-agent
+//! daemon`, which detaches itself into its own session (see [`crate::daemon`]) and returns once it
+//! listens; the lock is released after connecting. So two bridges started at once end with
+//! exactly one daemon (the daemon's own lock is the second line of defence).
+//!
+//! The bridge never writes anything but daemon bytes to stdout; diagnostics go to stderr. It
+//! exits when either side closes: stdin EOF half-closes the socket and the bridge exits once the
+//! daemon has closed its side; socket EOF or a stdout error exits at once.
+
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::paths::{annotate, Paths};
+
+/// How long the bridge waits for a daemon it started.
+const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs the bridge until either side closes.
+///
+/// # Errors
+/// When no daemon answers and none could be started, naming the socket and the log.
+pub fn main(paths: &Paths) -> anyhow::Result<()> {
+    let stream = connect_or_start(paths)?;
+    pump(stream)
+}
+
+/// Connects to the daemon, starting it when needed.
+fn connect_or_start(paths: &Paths) -> anyhow::Result<UnixStream> {
+    let sock = paths.socket();
+    if let Ok(s) = UnixStream::connect(&sock) {
+        return Ok(s);
+    }
+    paths.prepare_run_dir()?;
+    let lock_path = paths.spawn_lock();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| annotate(e, "open", &lock_path))?;
+    let _lock = Flock::lock(file, FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("could not lock {}: {e}", lock_path.display()))?;
+    if let Ok(s) = UnixStream::connect(&sock) {
+        return Ok(s);
+    }
+    let deadline = Instant::now() + START_TIMEOUT;
+    start_daemon(paths, deadline)?;
+    loop {
+        match UnixStream::connect(&sock) {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() >= deadline => bail!(
+                "the agent daemon did not answer on {} within {START_TIMEOUT:?} ({e}); see {}",
+                sock.display(),
+                paths.log_dir().join("agent.log").display()
+            ),
+            Err(_) => thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// Runs `relay-agent daemon` (which detaches itself) and waits for it to report.
+fn start_daemon(paths: &Paths, deadline: Instant) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating the relay-agent executable")?;
+    let mut child = Command::new(&exe)
+        .arg("daemon")
+        .env("RELAY_HOME", paths.home())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} daemon", exe.display()))?;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if status.success() {
+                return Ok(());
+            }
+            let mut why = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut why);
+            }
+            bail!(
+                "the agent daemon could not start ({status}): {}",
+                why.trim()
+            );
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "the agent daemon did not get ready within {START_TIMEOUT:?}; see {}",
+                paths.log_dir().join("agent.log").display()
+            );
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Copies stdin → socket and socket → stdout until one side closes.
+fn pump(stream: UnixStream) -> anyhow::Result<()> {
+    let mut to_daemon = stream.try_clone()?;
+    thread::Builder::new()
+        .name("stdin-to-daemon".into())
+        .spawn(move || {
+            let mut stdin = io::stdin().lock();
+            let _ = copy(&mut stdin, &mut to_daemon);
+            // Let the daemon finish its replies; it closes when it sees EOF.
+            let _ = to_daemon.shutdown(Shutdown::Write);
+        })?;
+    let mut from_daemon = stream;
+    let mut stdout = io::stdout().lock();
+    let _ = copy(&mut from_daemon, &mut stdout);
+    Ok(())
+}
+
+/// Copies until EOF or an error, flushing after every read.
+fn copy(from: &mut impl Read, to: &mut impl Write) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+        to.flush()?;
+    }
+}

@@ -1,0 +1,81 @@
+//! Daemon settings, read once from the environment at start.
+
+use std::time::Duration;
+
+use crate::lease::DEFAULT_MAX_ENDED;
+use crate::ring::DEFAULT_REPLAY_BYTES;
+
+/// Default per-pane credit window in bytes (1 MiB). Overridden by env `RELAY_WINDOW_BYTES`.
+pub const DEFAULT_WINDOW_BYTES: u32 = 1024 * 1024;
+
+/// Daemon settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Replay ring size per PTY, in bytes (env `RELAY_REPLAY_BYTES`).
+    pub replay_bytes: usize,
+    /// Credit window per subscription, in bytes (env `RELAY_WINDOW_BYTES`).
+    pub window: u32,
+    /// Version advertised in Welcome/Status (env `RELAY_AGENT_ADVERTISE_VERSION`, else the crate
+    /// version).
+    pub advertise_version: String,
+    /// Ended leases remembered.
+    pub max_ended: usize,
+    /// Time between SIGHUP and SIGKILL when a PTY is killed.
+    pub kill_grace: Duration,
+    /// How long, after the child exited, output may still arrive before `Exited` is sent.
+    pub exit_output_grace: Duration,
+    /// Input bytes queued for one PTY before `Input` is refused with `LimitExceeded`.
+    pub max_pending_input: usize,
+    /// Pushes/replies queued per connection before producers wait.
+    pub connection_queue: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            replay_bytes: DEFAULT_REPLAY_BYTES,
+            window: DEFAULT_WINDOW_BYTES,
+            advertise_version: env!("CARGO_PKG_VERSION").to_string(),
+            max_ended: DEFAULT_MAX_ENDED,
+            kill_grace: Duration::from_secs(3),
+            exit_output_grace: Duration::from_millis(500),
+            max_pending_input: 4 * 1024 * 1024,
+            connection_queue: 64,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by the `RELAY_*` environment variables.
+    ///
+    /// # Errors
+    /// A variable that is set but not a positive number, naming it.
+    pub fn from_env() -> Result<Self, String> {
+        let mut c = Config::default();
+        if let Some(n) = number("RELAY_REPLAY_BYTES")? {
+            c.replay_bytes = usize::try_from(n).map_err(|e| e.to_string())?;
+        }
+        if let Some(n) = number("RELAY_WINDOW_BYTES")? {
+            c.window = u32::try_from(n)
+                .map_err(|_| format!("RELAY_WINDOW_BYTES={n} is above {}", u32::MAX))?;
+        }
+        if let Ok(v) = std::env::var("RELAY_AGENT_ADVERTISE_VERSION") {
+            if !v.is_empty() {
+                c.advertise_version = v;
+            }
+        }
+        Ok(c)
+    }
+}
+
+fn number(var: &str) -> Result<Option<u64>, String> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!(
+                "{var}={v:?} is not a positive number of bytes; unset it or give e.g. 4194304"
+            )),
+        },
+    }
+}

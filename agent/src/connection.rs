@@ -1,0 +1,288 @@
+//! One client connection: the Hello/Welcome exchange, the request read loop and the writer task.
+//!
+//! Frames go out through a bounded queue drained by a writer task, so replies and every
+//! subscription's output share the connection fairly and a peer that stops reading only stalls
+//! itself. Anything malformed (an oversized or truncated frame, an undecodable envelope or body,
+//! a first message that is not Hello) closes *this* connection with a reason logged at warn level;
+//! an unknown op code is answered with `Unsupported` and the connection stays open (rule H).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use relay_protocol::{
+    Capability, DecodeError, ErrorReply, FrameCodec, Hello, Limits, Message, Request, Response,
+    Welcome, DEFAULT_MAX_FRAME, MAGIC, MAX_OUTPUT_CHUNK, PROTOCOL_MAJOR, PROTOCOL_MINOR,
+};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatch::dispatch;
+use crate::session::Session;
+use crate::state::State;
+
+/// How long a new connection may take to send Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long queued frames may take to drain when a connection closes.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Room for the envelope around an output chunk.
+const ENVELOPE_SLACK: u32 = 64;
+
+static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
+
+type Frames = FramedRead<OwnedReadHalf, FrameCodec>;
+
+/// Serves one accepted connection until it closes or `cancel` fires.
+pub async fn serve(stream: UnixStream, state: State, cancel: CancellationToken) {
+    let conn = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+    let _counted = state.connection();
+    let (rd, wr) = stream.into_split();
+    let mut frames = FramedRead::new(rd, FrameCodec::new(DEFAULT_MAX_FRAME));
+
+    let first = tokio::select! {
+        _ = cancel.cancelled() => return,
+        first = tokio::time::timeout(HELLO_TIMEOUT, frames.next()) => first,
+    };
+    let (id, hello) = match read_hello(first) {
+        Ok(h) => h,
+        Err(reason) => {
+            tracing::warn!("closing connection {conn}: {reason}");
+            return;
+        }
+    };
+    // Never send more than the peer accepts (with a floor that still fits every reply).
+    let peer_max = hello.max_frame.max(4096);
+    let chunk = (MAX_OUTPUT_CHUNK as u32).min(peer_max - ENVELOPE_SLACK) as usize;
+    let (out, out_rx) = mpsc::channel(state.config().connection_queue);
+    let writer = tokio::spawn(write_loop(wr, out_rx, peer_max));
+
+    if let Err(refusal) = check_hello(&hello, &state) {
+        tracing::warn!("closing connection {conn}: {refusal}");
+        let _ = out
+            .send(Message::Response(id, Response::Error(refusal)))
+            .await;
+        finish(out, writer).await;
+        return;
+    }
+    tracing::info!(
+        "connection {conn}: client {:?} version {} protocol {}.{}",
+        hello.client_id,
+        hello.client_version,
+        hello.major,
+        hello.minor
+    );
+    let welcome = welcome(&state, chunk);
+    if out
+        .send(Message::Response(id, Response::Welcome(welcome)))
+        .await
+        .is_err()
+    {
+        return;
+    }
+
+    let mut session = Session::new(state, out.clone(), chunk);
+    let reason = tokio::select! {
+        _ = cancel.cancelled() => "daemon shutting down".to_string(),
+        reason = read_loop(&mut frames, &mut session, &out) => reason,
+    };
+    tracing::debug!("connection {conn} ends: {reason}");
+    drop(session);
+    finish(out, writer).await;
+}
+
+/// Reads and dispatches requests until the connection must close; returns why. Malformed input is
+/// logged here at warn level.
+async fn read_loop(
+    frames: &mut Frames,
+    session: &mut Session,
+    out: &mpsc::Sender<Message>,
+) -> String {
+    loop {
+        let frame = match frames.next().await {
+            None => return "closed by the peer".into(),
+            Some(Err(e)) => return warn_close(format!("bad frame: {e}")),
+            Some(Ok(frame)) => frame,
+        };
+        let (id, req) = match Message::from_bytes(&frame) {
+            Ok(Message::Request(id, req)) if id != 0 || matches!(req, Request::Ack(_)) => (id, req),
+            Ok(Message::Request(_, req)) => {
+                return warn_close(format!(
+                    "request {:?} with id 0 (ids must be non-zero)",
+                    req.op()
+                ))
+            }
+            Ok(other) => {
+                return warn_close(format!(
+                    "peer sent {:?}, which is not a request",
+                    msg_op(&other)
+                ))
+            }
+            Err(DecodeError::UnknownOp { id, op }) => {
+                tracing::debug!("unsupported op {op:#06x} (request {id})");
+                if id != 0 {
+                    let reply = Response::Error(ErrorReply::Unsupported { op });
+                    if out.send(Message::Response(id, reply)).await.is_err() {
+                        return "writer closed".into();
+                    }
+                }
+                continue;
+            }
+            Err(e) => return warn_close(format!("undecodable message: {e}")),
+        };
+        if let Some(reply) = dispatch(session, id, req).await {
+            if out.send(Message::Response(id, reply)).await.is_err() {
+                return "writer closed".into();
+            }
+        }
+        session.start_staged();
+    }
+}
+
+fn warn_close(reason: String) -> String {
+    tracing::warn!("closing connection: {reason}");
+    reason
+}
+
+fn msg_op(m: &Message) -> relay_protocol::Op {
+    match m {
+        Message::Request(_, r) => r.op(),
+        Message::Response(_, r) => r.op(),
+        Message::Push(p) => p.op(),
+    }
+}
+
+type FirstFrame = Result<
+    Option<Result<bytes::BytesMut, relay_protocol::frame::FrameError>>,
+    tokio::time::error::Elapsed,
+>;
+
+/// The first frame must be a Hello request.
+fn read_hello(first: FirstFrame) -> Result<(u64, Hello), String> {
+    let frame = match first {
+        Err(_) => return Err(format!("no Hello within {HELLO_TIMEOUT:?}")),
+        Ok(None) => return Err("closed before Hello".into()),
+        Ok(Some(Err(e))) => return Err(format!("bad first frame: {e}")),
+        Ok(Some(Ok(frame))) => frame,
+    };
+    match Message::from_bytes(&frame) {
+        Ok(Message::Request(id, Request::Hello(h))) => Ok((id, h)),
+        Ok(other) => Err(format!(
+            "expected Hello as the first message, got {:?}; is something else writing to this stream?",
+            msg_op(&other)
+        )),
+        Err(e) => Err(format!(
+            "expected Hello as the first message, got undecodable bytes ({e}); is something else writing to this stream?"
+        )),
+    }
+}
+
+/// Magic and major version must match.
+fn check_hello(hello: &Hello, state: &State) -> Result<(), ErrorReply> {
+    let agent = &state.config().advertise_version;
+    if hello.magic != MAGIC {
+        return Err(ErrorReply::Incompatible {
+            message: format!(
+                "the peer is not speaking the relay protocol (magic {:#010x}, expected {MAGIC:#010x}); connect with a relay connector",
+                hello.magic
+            ),
+        });
+    }
+    if hello.major != PROTOCOL_MAJOR {
+        let fix = if hello.major < PROTOCOL_MAJOR {
+            "upgrade the connector (relay) to a version that speaks this protocol"
+        } else {
+            "upgrade the agent: let the connector deploy its matching relay-agent"
+        };
+        return Err(ErrorReply::Incompatible {
+            message: format!(
+                "connector {} speaks protocol {}.{}, agent {agent} speaks {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}; {fix}",
+                hello.client_version, hello.major, hello.minor
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn welcome(state: &State, chunk: usize) -> Welcome {
+    let config = state.config();
+    Welcome {
+        magic: MAGIC,
+        major: PROTOCOL_MAJOR,
+        minor: PROTOCOL_MINOR,
+        agent_version: config.advertise_version.clone(),
+        incarnation: state.incarnation(),
+        capabilities: Capability::all(),
+        limits: Limits {
+            max_frame: DEFAULT_MAX_FRAME,
+            window: config.window,
+            max_chunk: chunk as u32,
+            replay_bytes: config.replay_bytes as u64,
+        },
+    }
+}
+
+/// Lets the writer drain what is queued (bounded), then returns.
+async fn finish(out: mpsc::Sender<Message>, writer: tokio::task::JoinHandle<()>) {
+    drop(out);
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(DRAIN_TIMEOUT, writer).await.is_err() {
+        abort.abort();
+    }
+}
+
+/// Writes queued messages as frames, flushing whenever the queue runs empty.
+async fn write_loop(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Message>, max: u32) {
+    let mut sink = FramedWrite::new(wr, FrameCodec::new(max));
+    while let Some(msg) = rx.recv().await {
+        let mut batch = vec![msg];
+        while batch.len() < 64 {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        for msg in batch {
+            let Some(bytes) = encode(msg, max) else {
+                continue;
+            };
+            if let Err(e) = sink.feed(bytes).await {
+                tracing::debug!("write failed: {e}");
+                return;
+            }
+        }
+        if let Err(e) = sink.flush().await {
+            tracing::debug!("flush failed: {e}");
+            return;
+        }
+    }
+}
+
+/// Encodes a message; a reply too large for the peer becomes a `LimitExceeded` error reply.
+fn encode(msg: Message, max: u32) -> Option<Bytes> {
+    let bytes = msg.to_bytes();
+    if bytes.len() <= max as usize {
+        return Some(Bytes::from(bytes));
+    }
+    match msg {
+        Message::Response(id, r) => {
+            let err = ErrorReply::LimitExceeded {
+                what: format!("{:?} reply of {} bytes", r.op(), bytes.len()),
+                limit: u64::from(max),
+            };
+            Some(Bytes::from(
+                Message::Response(id, Response::Error(err)).to_bytes(),
+            ))
+        }
+        other => {
+            tracing::error!(
+                "dropping a {:?} push larger than {max} bytes",
+                msg_op(&other)
+            );
+            None
+        }
+    }
+}

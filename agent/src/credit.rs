@@ -1,0 +1,189 @@
+//! Credit accounting for one (connection, PTY) subscription.
+//!
+//! Sans-IO. The agent forwards a pane's output only while the bytes sent but not yet acknowledged
+//! stay below the window; the connector sends `Ack{pty, offset}` as the app consumes output. The
+//! PTY itself is always drained into the ring regardless of credit, so a slow consumer only delays
+//! *its own* forwarding (rule F), and when it falls behind the ring it gets an `OutputGap`.
+//!
+//! Gap bytes were never sent, so they must not count as in flight: a connector that acknowledged
+//! everything it received before a gap must get credit again even though its acks are still below
+//! the gap's end. The pending gaps are kept (a few entries) until acks pass them.
+
+use std::collections::VecDeque;
+
+/// Most unacknowledged gaps kept; beyond this the subscription waits for acks (bounded memory).
+pub const MAX_PENDING_GAPS: usize = 64;
+
+/// Flow-control state of one subscription. Offsets are absolute PTY output offsets.
+#[derive(Debug, Clone)]
+pub struct Credit {
+    window: u64,
+    /// Offset of the next byte to forward (everything before it was sent or skipped as a gap).
+    sent: u64,
+    /// Highest offset the peer acknowledged (never above `sent`).
+    acked: u64,
+    /// Skipped ranges `from..to` not yet fully passed by `acked`, oldest first.
+    gaps: VecDeque<(u64, u64)>,
+}
+
+impl Credit {
+    /// A subscription that starts forwarding at `start` with a window of `window` bytes (at
+    /// least 1).
+    pub fn new(window: u64, start: u64) -> Self {
+        Credit {
+            window: window.max(1),
+            sent: start,
+            acked: start,
+            gaps: VecDeque::new(),
+        }
+    }
+
+    /// Offset of the next byte to forward.
+    pub fn cursor(&self) -> u64 {
+        self.sent
+    }
+
+    /// Bytes of output sent and not yet acknowledged (gap bytes excluded).
+    pub fn in_flight(&self) -> u64 {
+        let skipped: u64 = self
+            .gaps
+            .iter()
+            .map(|&(from, to)| to.saturating_sub(from.max(self.acked)))
+            .sum();
+        (self.sent - self.acked) - skipped
+    }
+
+    /// How many more bytes may be sent now.
+    pub fn allowance(&self) -> u64 {
+        if self.gaps.len() >= MAX_PENDING_GAPS {
+            return 0;
+        }
+        self.window.saturating_sub(self.in_flight())
+    }
+
+    /// Records that `n` bytes were sent at the cursor.
+    pub fn on_sent(&mut self, n: u64) {
+        self.sent += n;
+    }
+
+    /// Records that `from..to` was skipped (reported as a gap). `from` must be the cursor.
+    pub fn on_gap(&mut self, from: u64, to: u64) {
+        debug_assert_eq!(from, self.sent, "a gap starts at the cursor");
+        if to > from {
+            self.gaps.push_back((from, to));
+            self.sent = to;
+        }
+    }
+
+    /// Applies an acknowledgement. Stale acks (at or below an earlier one) are ignored; an ack
+    /// beyond what was sent is clamped to the cursor. Returns whether credit changed.
+    pub fn on_ack(&mut self, offset: u64) -> bool {
+        let offset = offset.min(self.sent);
+        if offset <= self.acked {
+            return false;
+        }
+        self.acked = offset;
+        while self.gaps.front().is_some_and(|&(_, to)| to <= self.acked) {
+            self.gaps.pop_front();
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Sent(u64),
+        Gap(u64, u64),
+        Ack(u64),
+    }
+    use Step::*;
+
+    /// Runs `steps` on a fresh credit (window 10, start 100) and checks (cursor, in_flight,
+    /// allowance) after the last step.
+    fn check(steps: &[Step], want: (u64, u64, u64)) {
+        let mut c = Credit::new(10, 100);
+        for s in steps {
+            match *s {
+                Sent(n) => c.on_sent(n),
+                Gap(f, t) => c.on_gap(f, t),
+                Ack(o) => {
+                    c.on_ack(o);
+                }
+            }
+        }
+        assert_eq!(
+            (c.cursor(), c.in_flight(), c.allowance()),
+            want,
+            "steps {steps:?}"
+        );
+    }
+
+    #[test]
+    fn window_accounting() {
+        #[rustfmt::skip]
+        type Case<'a> = (&'a [Step], (u64, u64, u64));
+        let cases: &[Case] = &[
+            (&[], (100, 0, 10)),
+            (&[Sent(4)], (104, 4, 6)),
+            (&[Sent(10)], (110, 10, 0)),
+            (&[Sent(10), Ack(105)], (110, 5, 5)),
+            (&[Sent(10), Ack(110)], (110, 0, 10)),
+            // Stale and repeated acks change nothing.
+            (&[Sent(10), Ack(108), Ack(103)], (110, 2, 8)),
+            (&[Sent(10), Ack(99)], (110, 10, 0)),
+            // Acks beyond what was sent are clamped.
+            (&[Sent(4), Ack(500)], (104, 0, 10)),
+            (&[Sent(4), Ack(500), Sent(3)], (107, 3, 7)),
+            // Gap bytes are not in flight.
+            (&[Sent(4), Gap(104, 1000)], (1000, 4, 6)),
+            (&[Sent(4), Gap(104, 1000), Sent(6)], (1006, 10, 0)),
+            // Acking everything before the gap frees the credit of those bytes.
+            (&[Sent(4), Gap(104, 1000), Sent(6), Ack(104)], (1006, 6, 4)),
+            // An ack inside the gap (peer processed the gap partially) counts the same.
+            (&[Sent(4), Gap(104, 1000), Sent(6), Ack(500)], (1006, 6, 4)),
+            (&[Sent(4), Gap(104, 1000), Sent(6), Ack(1003)], (1006, 3, 7)),
+            (
+                &[Sent(4), Gap(104, 1000), Sent(6), Ack(1006)],
+                (1006, 0, 10),
+            ),
+            // Two gaps.
+            (
+                &[Gap(100, 200), Sent(2), Gap(202, 300), Sent(3)],
+                (303, 5, 5),
+            ),
+            (
+                &[Gap(100, 200), Sent(2), Gap(202, 300), Sent(3), Ack(201)],
+                (303, 4, 6),
+            ),
+            // An empty gap is ignored.
+            (&[Gap(100, 100), Sent(1)], (101, 1, 9)),
+        ];
+        for (steps, want) in cases {
+            check(steps, *want);
+        }
+    }
+
+    #[test]
+    fn too_many_pending_gaps_stop_forwarding_until_acked() {
+        let mut c = Credit::new(1_000, 0);
+        let mut at = 0;
+        for _ in 0..MAX_PENDING_GAPS {
+            c.on_gap(at, at + 10);
+            c.on_sent(1);
+            at += 11;
+        }
+        assert_eq!(c.allowance(), 0, "gap list is full");
+        assert!(c.on_ack(at));
+        assert_eq!(c.allowance(), 1_000);
+    }
+
+    #[test]
+    fn zero_window_is_raised_to_one_byte() {
+        let c = Credit::new(0, 0);
+        assert_eq!(c.allowance(), 1);
+    }
+}

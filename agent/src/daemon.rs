@@ -1,0 +1,180 @@
+//! `relay-agent daemon`: one per user, owns the PTYs, serves the Unix socket.
+//!
+//! Start-up: create the private `run/` dir; take an exclusive flock on `run/daemon.lock` for the
+//! daemon's whole life (if another daemon holds it, exit 0 quietly); remove a stale socket (only
+//! while holding the lock) and bind `run/agent.sock`; replay the lease journal.
+//!
+//! Without `--foreground` the daemon detaches first: fork, `setsid`, fork again (so it is not a
+//! session leader and can never acquire a controlling terminal), stdio to `/dev/null`, cwd `/`.
+//! The original process waits until the daemon reports ready (listening, or another daemon is
+//! already running: exit 0) or failed (exit 1 with the reason on stderr). Killing whoever started
+//! it (a bridge, its process group, the SSH session) cannot reach the daemon or its PTYs.
+//!
+//! Shutdown (SIGTERM/SIGINT): stop accepting, close connections, seal the journal, then **end the
+//! PTYs** (SIGHUP to each process group, SIGKILL to survivors after the kill grace). A PTY cannot
+//! outlive its daemon anyway (the master side closes), so ending them is explicit and bounded;
+//! the journal still lists them as live, and the next incarnation reports them as ended with
+//! reason `AgentRestarted`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::sys::signal::{signal, SigHandler, Signal};
+use nix::unistd::{fork, pipe2, setsid, ForkResult};
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal as tokio_signal, SignalKind};
+
+use crate::config::Config;
+use crate::paths::{annotate, Paths};
+use crate::state::State;
+use crate::{logging, server};
+
+/// Runs the daemon (see the module docs). Returns the process exit code.
+///
+/// # Errors
+/// Start-up failures: directories, lock file, logging, socket, journal.
+pub fn main(paths: &Paths, foreground: bool) -> anyhow::Result<ExitCode> {
+    paths.prepare_run_dir()?;
+    paths.prepare_data_dirs()?;
+    if foreground {
+        run(paths, None, true)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (ready_rd, ready_wr) = pipe2(OFlag::O_CLOEXEC).context("creating the readiness pipe")?;
+    // Safety: no other thread exists yet (nothing before this point starts one).
+    match unsafe { fork() }.context("fork")? {
+        ForkResult::Parent { child } => {
+            drop(ready_wr);
+            let mut report = String::new();
+            File::from(ready_rd).read_to_string(&mut report).ok();
+            let _ = nix::sys::wait::waitpid(child, None);
+            match report.trim() {
+                "ready" | "busy" => Ok(ExitCode::SUCCESS),
+                "" => bail!(
+                    "the daemon exited before it was ready; see {}",
+                    paths.log_dir().join("agent.log").display()
+                ),
+                other => bail!("{other}"),
+            }
+        }
+        ForkResult::Child => {
+            drop(ready_rd);
+            let _ = setsid();
+            // Safety: still single-threaded.
+            match unsafe { fork() } {
+                Ok(ForkResult::Child) => {}
+                Ok(ForkResult::Parent { .. }) => unsafe { nix::libc::_exit(0) },
+                Err(e) => {
+                    notify(Some(ready_wr), &format!("second fork failed: {e}"));
+                    unsafe { nix::libc::_exit(1) }
+                }
+            }
+            detach_stdio()?;
+            let ready = Some(ready_wr);
+            run(paths, ready, false)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Points stdio at /dev/null and leaves the caller's working directory.
+fn detach_stdio() -> anyhow::Result<()> {
+    let null = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in 0..=2 {
+        // Safety: dup2 onto the standard descriptors of this process.
+        if unsafe { nix::libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), fd) } < 0 {
+            return Err(std::io::Error::last_os_error()).context("redirecting stdio to /dev/null");
+        }
+    }
+    std::env::set_current_dir("/")?;
+    Ok(())
+}
+
+/// Writes the readiness report and closes the pipe.
+fn notify(ready: Option<OwnedFd>, report: &str) {
+    if let Some(fd) = ready {
+        let _ = File::from(fd).write_all(format!("{report}\n").as_bytes());
+    }
+}
+
+fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::Result<()> {
+    let lock_path = paths.daemon_lock();
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| annotate(e, "open", &lock_path))?;
+    let _lock = match Flock::lock(lock_file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => lock,
+        Err((_, Errno::EWOULDBLOCK)) => {
+            notify(ready.take(), "busy");
+            return Ok(());
+        }
+        Err((_, e)) => bail!("could not lock {}: {e}", lock_path.display()),
+    };
+    let _log = logging::init(paths, also_stderr)?;
+    // Safety: setting a signal disposition; no handler code runs.
+    unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
+    let result = (|| {
+        let config = Config::from_env().map_err(anyhow::Error::msg)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .thread_name("relay-agent")
+            .build()?;
+        let result = rt.block_on(serve(paths, config, &mut ready));
+        rt.shutdown_timeout(std::time::Duration::from_secs(1));
+        result
+    })();
+    if let Err(e) = &result {
+        tracing::error!("daemon failed: {e:#}");
+        notify(ready.take(), &format!("daemon failed: {e:#}"));
+    }
+    result
+}
+
+async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> anyhow::Result<()> {
+    let grace = config.kill_grace;
+    let (state, report) = State::open(config, &paths.journal())?;
+    tracing::info!(
+        incarnation = %state.incarnation(),
+        pid = std::process::id(),
+        records = report.records,
+        skipped = report.skipped,
+        restarted = report.restarted.len(),
+        "daemon starting"
+    );
+    let sock = paths.socket();
+    match std::fs::remove_file(&sock) {
+        Ok(()) => tracing::info!("removed stale socket {}", sock.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(annotate(e, "remove stale socket", &sock).into()),
+    }
+    let listener = UnixListener::bind(&sock).map_err(|e| annotate(e, "bind", &sock))?;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
+    let mut term = tokio_signal(SignalKind::terminate())?;
+    let mut int = tokio_signal(SignalKind::interrupt())?;
+    tracing::info!("listening on {}", sock.display());
+    notify(ready.take(), "ready");
+    let shutdown = async {
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!("{which} received; shutting down");
+    };
+    server::run(listener, state.clone(), shutdown).await;
+    state.shutdown(grace).await;
+    let _ = std::fs::remove_file(&sock);
+    tracing::info!("daemon stopped");
+    Ok(())
+}

@@ -1,0 +1,52 @@
+//! The request dispatch: one exhaustive `match` from [`Request`] to handler, turning handler
+//! errors into `Response::Error` replies. Adding a request variant fails to compile here until it
+//! is handled.
+
+use relay_protocol::message::{Done, Leases, Pong};
+use relay_protocol::{ErrorReply, Message, Request, Response};
+
+use crate::session::Session;
+
+/// Handles one request with id `id`. Returns the reply to queue now, or `None` when there is
+/// none (`Ack`) or the reply is sent later by a spawned task (`Create`, which may take a while
+/// and must not hold up this connection's other requests).
+pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Response> {
+    let state = session.state().clone();
+    let result: Result<Response, ErrorReply> = match req {
+        Request::Hello(_) => Err(ErrorReply::BadRequest {
+            message: "Hello was already exchanged on this connection; send it only once".into(),
+        }),
+        Request::Ping(p) => Ok(Response::Pong(Pong { nonce: p.nonce })),
+        Request::Create(c) => {
+            let out = session.out().clone();
+            tokio::spawn(async move {
+                let reply = state
+                    .create(c)
+                    .await
+                    .map_or_else(Response::Error, Response::Created);
+                let _ = out.send(Message::Response(id, reply)).await;
+            });
+            return None;
+        }
+        Request::Attach(a) => session.attach(a).map(Response::Attached),
+        Request::Input(i) => state.input(i).map(done),
+        Request::Resize(r) => state.resize(r).map(done),
+        Request::Signal(s) => state.signal(s).map(done),
+        Request::Kill(k) => state.kill(k).map(done),
+        Request::Detach(d) => session.detach(d).map(done),
+        Request::ListLeases(_) => Ok(Response::Leases(Leases {
+            leases: state.leases(),
+        })),
+        Request::Ack(a) => {
+            session.ack(a);
+            return None;
+        }
+        Request::Status(_) => Ok(Response::StatusReply(state.status())),
+        Request::Protect(p) => state.protect(p).map(done),
+    };
+    Some(result.unwrap_or_else(Response::Error))
+}
+
+fn done(_: ()) -> Response {
+    Response::Done(Done {})
+}

@@ -1,0 +1,447 @@
+//! The lease table: which pane key owns which PTY, with history.
+//!
+//! Sans-IO: no processes, no files, no clock (callers pass `now_ms`). It enforces
+//! - rule B: attach checks never create anything ([`LeaseTable::check_attach`]);
+//! - rule C: every mutation names an exact binding ([`LeaseTable::check_binding`]);
+//! - rule D: a pane has at most one live lease ([`LeaseTable::insert`] refuses a second);
+//!
+//! and mints [`PtyId`]s `(incarnation, counter)` that are never reused. Leases of a pane are kept
+//! oldest first; ended ones stay as history, bounded to the newest `max_ended`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use relay_protocol::message::LeaseCounts;
+use relay_protocol::{
+    Binding, EndReason, ErrorReply, ExitStatus, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId,
+    TermSize,
+};
+
+/// Default number of ended leases remembered.
+pub const DEFAULT_MAX_ENDED: usize = 1000;
+
+/// Where a lease is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// The PTY runs; `attached` connections receive its output.
+    Live {
+        /// Number of connections subscribed now.
+        attached: u32,
+    },
+    /// A newer binding replaced this one; the process was not killed by that. No protocol
+    /// operation produces this yet; it exists so the table can express DESIGN §2.
+    Superseded,
+    /// The PTY is gone.
+    Ended {
+        /// Exit status, when known.
+        exit: Option<ExitStatus>,
+        /// Why it ended.
+        reason: EndReason,
+    },
+}
+
+/// One lease: the record that a pane key owns (or owned) one PTY.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Pane and PTY.
+    pub binding: Binding,
+    /// Life-cycle phase.
+    pub phase: Phase,
+    /// Process id of the PTY's child.
+    pub pid: Option<u32>,
+    /// Command line that was started.
+    pub command: Vec<String>,
+    /// Current terminal size.
+    pub size: TermSize,
+    /// Exempt from lifecycle expiry.
+    pub protected: bool,
+    /// A `Kill` was sent; the end reason will be [`EndReason::Killed`].
+    pub kill_requested: bool,
+    /// When the PTY was created (ms since the Unix epoch).
+    pub created_ms: u64,
+    /// When the lease entered its current state (ms since the Unix epoch).
+    pub since_ms: u64,
+    /// Output bytes at the end (live leases take this from the PTY).
+    pub bytes_out: u64,
+    /// Last output time at the end (live leases take this from the PTY).
+    pub last_output_ms: Option<u64>,
+}
+
+impl Lease {
+    /// A live, detached lease.
+    pub fn live(binding: Binding, pid: Option<u32>, command: Vec<String>, now_ms: u64) -> Self {
+        Lease {
+            binding,
+            phase: Phase::Live { attached: 0 },
+            pid,
+            command,
+            size: TermSize::default(),
+            protected: false,
+            kill_requested: false,
+            created_ms: now_ms,
+            since_ms: now_ms,
+            bytes_out: 0,
+            last_output_ms: None,
+        }
+    }
+
+    /// Whether the PTY is still bound to its pane and running.
+    pub fn is_live(&self) -> bool {
+        matches!(self.phase, Phase::Live { .. })
+    }
+
+    /// The protocol's view of the state.
+    pub fn state(&self) -> LeaseState {
+        match self.phase {
+            Phase::Live { attached: 0 } => LeaseState::Detached,
+            Phase::Live { .. } => LeaseState::Attached,
+            Phase::Superseded => LeaseState::Superseded,
+            Phase::Ended { .. } => LeaseState::Ended,
+        }
+    }
+
+    /// The `Ended` refusal for this lease, if it ended.
+    pub fn ended_error(&self) -> Option<ErrorReply> {
+        match &self.phase {
+            Phase::Ended { exit, reason } => Some(ErrorReply::Ended {
+                pane: self.binding.pane.clone(),
+                pty: self.binding.pty,
+                exit: exit.clone(),
+                reason: reason.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The row `ListLeases` reports.
+    pub fn info(&self) -> LeaseInfo {
+        let (exit, reason) = match &self.phase {
+            Phase::Ended { exit, reason } => (exit.clone(), Some(reason.clone())),
+            _ => (None, None),
+        };
+        LeaseInfo {
+            binding: self.binding.clone(),
+            state: self.state(),
+            pid: self.pid,
+            since_ms: self.since_ms,
+            last_output_ms: self.last_output_ms,
+            bytes_out: self.bytes_out,
+            command: self.command.clone(),
+            exit,
+            reason,
+            protected: self.protected,
+            attached: match self.phase {
+                Phase::Live { attached } => attached,
+                _ => 0,
+            },
+            size: self.size,
+        }
+    }
+}
+
+/// All leases of this agent, by pane.
+#[derive(Debug, Clone)]
+pub struct LeaseTable {
+    incarnation: Incarnation,
+    counter: u64,
+    panes: BTreeMap<PaneKey, Vec<Lease>>,
+    index: HashMap<PtyId, PaneKey>,
+    ended_order: VecDeque<PtyId>,
+    max_ended: usize,
+}
+
+impl LeaseTable {
+    /// An empty table minting PTY ids of `incarnation`, remembering at most `max_ended` ended
+    /// leases.
+    pub fn new(incarnation: Incarnation, max_ended: usize) -> Self {
+        LeaseTable {
+            incarnation,
+            counter: 0,
+            panes: BTreeMap::new(),
+            index: HashMap::new(),
+            ended_order: VecDeque::new(),
+            max_ended,
+        }
+    }
+
+    /// This table's incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
+    /// A fresh PTY id; never returned twice by this table.
+    pub fn mint(&mut self) -> PtyId {
+        self.counter += 1;
+        PtyId {
+            incarnation: self.incarnation,
+            counter: self.counter,
+        }
+    }
+
+    /// The pane's live lease, if any.
+    pub fn live(&self, pane: &PaneKey) -> Option<&Lease> {
+        self.panes.get(pane)?.iter().rev().find(|l| l.is_live())
+    }
+
+    /// The lease of `pty`.
+    pub fn get(&self, pty: &PtyId) -> Option<&Lease> {
+        let pane = self.index.get(pty)?;
+        self.panes.get(pane)?.iter().find(|l| l.binding.pty == *pty)
+    }
+
+    fn get_mut(&mut self, pty: &PtyId) -> Option<&mut Lease> {
+        let pane = self.index.get(pty)?;
+        self.panes
+            .get_mut(pane)?
+            .iter_mut()
+            .find(|l| l.binding.pty == *pty)
+    }
+
+    /// Adds a lease (a new PTY, or one replayed from the journal).
+    ///
+    /// # Errors
+    /// Refuses (rule D) when the lease is live and the pane already has a live lease, or when the
+    /// PTY id is already recorded; nothing changes then.
+    pub fn insert(&mut self, lease: Lease) -> Result<(), ErrorReply> {
+        let pty = lease.binding.pty;
+        if self.index.contains_key(&pty) {
+            return Err(ErrorReply::Internal {
+                message: format!("PTY {pty} is already recorded"),
+            });
+        }
+        if lease.is_live() {
+            if let Some(live) = self.live(&lease.binding.pane) {
+                return Err(ErrorReply::Internal {
+                    message: format!(
+                        "pane {} already has live PTY {}",
+                        live.binding.pane, live.binding.pty
+                    ),
+                });
+            }
+        }
+        let ended = matches!(lease.phase, Phase::Ended { .. });
+        self.index.insert(pty, lease.binding.pane.clone());
+        self.panes
+            .entry(lease.binding.pane.clone())
+            .or_default()
+            .push(lease);
+        if ended {
+            self.note_ended(pty);
+        }
+        Ok(())
+    }
+
+    /// Rule C: the lease a mutation may act on. The pane's live PTY must be exactly
+    /// `binding.pty`.
+    ///
+    /// # Errors
+    /// [`ErrorReply::NotFound`] for an unknown pane; [`ErrorReply::Ended`] when the named PTY
+    /// ended and the pane has no live PTY; [`ErrorReply::Mismatch`] otherwise.
+    pub fn check_binding(&self, binding: &Binding) -> Result<&Lease, ErrorReply> {
+        let pane = &binding.pane;
+        let Some(leases) = self.panes.get(pane) else {
+            return Err(ErrorReply::NotFound { pane: pane.clone() });
+        };
+        let live = self.live(pane);
+        if let Some(live) = live.filter(|l| l.binding.pty == binding.pty) {
+            return Ok(live);
+        }
+        if live.is_none() {
+            let named = leases.iter().find(|l| l.binding.pty == binding.pty);
+            if let Some(err) = named.and_then(Lease::ended_error) {
+                return Err(err);
+            }
+        }
+        Err(ErrorReply::Mismatch {
+            pane: pane.clone(),
+            expected: binding.pty,
+            current: live.map(|l| l.binding.pty),
+        })
+    }
+
+    /// Rule B: the live lease an attach may subscribe to. Never creates anything.
+    ///
+    /// # Errors
+    /// [`ErrorReply::NotFound`] for an unknown pane; [`ErrorReply::Ended`] when the pane has no
+    /// live PTY (for the expected PTY when it names an ended lease of this pane, else for the
+    /// newest); [`ErrorReply::Mismatch`] when `expect` names another PTY than the live one.
+    pub fn check_attach(
+        &self,
+        pane: &PaneKey,
+        expect: Option<PtyId>,
+    ) -> Result<&Lease, ErrorReply> {
+        let Some(leases) = self.panes.get(pane) else {
+            return Err(ErrorReply::NotFound { pane: pane.clone() });
+        };
+        match (self.live(pane), expect) {
+            (Some(live), None) => Ok(live),
+            (Some(live), Some(want)) if live.binding.pty == want => Ok(live),
+            (Some(live), Some(want)) => Err(ErrorReply::Mismatch {
+                pane: pane.clone(),
+                expected: want,
+                current: Some(live.binding.pty),
+            }),
+            (None, want) => {
+                let named = want
+                    .and_then(|w| leases.iter().find(|l| l.binding.pty == w))
+                    .and_then(Lease::ended_error);
+                let newest = leases.iter().rev().find_map(Lease::ended_error);
+                Err(named.or(newest).unwrap_or_else(|| ErrorReply::Mismatch {
+                    pane: pane.clone(),
+                    expected: want.unwrap_or(leases[leases.len() - 1].binding.pty),
+                    current: None,
+                }))
+            }
+        }
+    }
+
+    /// One more connection subscribed to `pty`. Returns false when it is not live.
+    pub fn attach(&mut self, pty: &PtyId, now_ms: u64) -> bool {
+        let Some(lease) = self.get_mut(pty) else {
+            return false;
+        };
+        let Phase::Live { attached } = &mut lease.phase else {
+            return false;
+        };
+        *attached += 1;
+        if *attached == 1 {
+            lease.since_ms = now_ms;
+        }
+        true
+    }
+
+    /// One connection unsubscribed from `pty` (detach or connection drop; rule A: nothing ends).
+    pub fn detach(&mut self, pty: &PtyId, now_ms: u64) {
+        if let Some(lease) = self.get_mut(pty) {
+            if let Phase::Live { attached } = &mut lease.phase {
+                if *attached > 0 {
+                    *attached -= 1;
+                    if *attached == 0 {
+                        lease.since_ms = now_ms;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Marks a live lease superseded (the pane no longer counts it as its PTY). Returns false
+    /// when it was not live.
+    pub fn supersede(&mut self, pty: &PtyId, now_ms: u64) -> bool {
+        match self.get_mut(pty) {
+            Some(lease) if lease.is_live() => {
+                lease.phase = Phase::Superseded;
+                lease.since_ms = now_ms;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records that `pty` ended. The reason is [`EndReason::Killed`] when a kill was requested,
+    /// else `reason`. An already ended lease keeps its first record. Returns the ended lease.
+    pub fn end(
+        &mut self,
+        pty: &PtyId,
+        exit: Option<ExitStatus>,
+        reason: EndReason,
+        now_ms: u64,
+    ) -> Option<&Lease> {
+        let lease = self.get_mut(pty)?;
+        if matches!(lease.phase, Phase::Ended { .. }) {
+            return self.get(pty);
+        }
+        let reason = if lease.kill_requested {
+            EndReason::Killed
+        } else {
+            reason
+        };
+        lease.phase = Phase::Ended { exit, reason };
+        lease.since_ms = now_ms;
+        self.note_ended(*pty);
+        self.get(pty)
+    }
+
+    /// Sets the activity figures of a lease (bytes, last output), e.g. when it ends.
+    pub fn set_output(&mut self, pty: &PtyId, bytes_out: u64, last_output_ms: Option<u64>) {
+        if let Some(lease) = self.get_mut(pty) {
+            lease.bytes_out = bytes_out;
+            lease.last_output_ms = last_output_ms;
+        }
+    }
+
+    /// Sets the size recorded on the lease.
+    pub fn set_size(&mut self, pty: &PtyId, size: TermSize) {
+        if let Some(lease) = self.get_mut(pty) {
+            lease.size = size;
+        }
+    }
+
+    /// Sets the protect flag. Returns false for an unknown PTY.
+    pub fn set_protected(&mut self, pty: &PtyId, protected: bool) -> bool {
+        self.get_mut(pty).map(|l| l.protected = protected).is_some()
+    }
+
+    /// Notes that a kill was sent, so the end reason becomes [`EndReason::Killed`].
+    pub fn mark_kill(&mut self, pty: &PtyId) {
+        if let Some(lease) = self.get_mut(pty) {
+            lease.kill_requested = true;
+        }
+    }
+
+    /// Ends every live or superseded lease of another incarnation with
+    /// [`EndReason::AgentRestarted`] (their daemon is gone, so their PTYs are too). Returns them.
+    pub fn end_previous_incarnations(&mut self, now_ms: u64) -> Vec<PtyId> {
+        let stale: Vec<PtyId> = self
+            .leases()
+            .filter(|l| {
+                l.binding.pty.incarnation != self.incarnation
+                    && !matches!(l.phase, Phase::Ended { .. })
+            })
+            .map(|l| l.binding.pty)
+            .collect();
+        for pty in &stale {
+            self.end(pty, None, EndReason::AgentRestarted, now_ms);
+        }
+        stale
+    }
+
+    /// Every lease, sorted by pane key, then oldest first.
+    pub fn leases(&self) -> impl Iterator<Item = &Lease> {
+        self.panes.values().flatten()
+    }
+
+    /// Lease counts by state.
+    pub fn counts(&self) -> LeaseCounts {
+        let mut c = LeaseCounts::default();
+        for l in self.leases() {
+            match l.state() {
+                LeaseState::Attached => c.attached += 1,
+                LeaseState::Detached => c.detached += 1,
+                LeaseState::Ended => c.ended += 1,
+                LeaseState::Superseded => c.superseded += 1,
+            }
+        }
+        c
+    }
+
+    /// Remembers the end order and forgets the oldest ended leases beyond the bound.
+    fn note_ended(&mut self, pty: PtyId) {
+        self.ended_order.push_back(pty);
+        while self.ended_order.len() > self.max_ended {
+            let Some(old) = self.ended_order.pop_front() else {
+                break;
+            };
+            if let Some(pane) = self.index.remove(&old) {
+                if let Some(leases) = self.panes.get_mut(&pane) {
+                    leases.retain(|l| l.binding.pty != old);
+                    if leases.is_empty() {
+                        self.panes.remove(&pane);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "lease_tests.rs"]
+mod tests;

@@ -1,0 +1,63 @@
+//! relay's host-side agent: owns PTYs for pane-keyed leases and serves them over a Unix socket.
+//!
+//! # Roles
+//!
+//! - **daemon** (`relay-agent daemon`, [`daemon`]): one per user per host. Owns every PTY, keeps
+//!   each PTY's recent output in a replay ring, records leases in a journal, and serves the relay
+//!   protocol on `$RELAY_HOME/run/agent.sock` to processes of the same uid.
+//! - **bridge** (`relay-agent bridge`, [`bridge`]): what the connector runs over SSH (or
+//!   locally): a byte pipe from stdio to the socket that starts the daemon if none answers.
+//!
+//! The key design choice is this split: PTYs live in a detached daemon, not in the SSH session's
+//! process tree, so a dropped connection, a killed bridge or an upgraded connector can never take
+//! a shell with it (rule A: unknown is not dead).
+//!
+//! # Layout
+//!
+//! Sans-IO core (table-driven unit tests, no processes or sockets):
+//! - [`ring`]: replay ring with absolute offsets;
+//! - [`lease`]: lease table, PTY id minting, binding checks (rules B, C, D);
+//! - [`credit`]: per-subscription credit window.
+//!
+//! IO around it:
+//! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill;
+//! - [`journal`]: the lease journal, replayed and compacted on start;
+//! - [`state`]: the shared daemon state handle (table + PTYs + journal);
+//! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
+//!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
+//!   their output forwarding tasks;
+//! - [`daemon`], [`bridge`], [`logging`], [`paths`], [`config`]: process plumbing.
+//!
+//! Architecture invariant: nothing that learns a connection is gone (EOF, error, timeout) ends a
+//! PTY or drops a lease; only `Kill`, the process's own exit or the daemon's shutdown do.
+
+// Handlers return the wire type `ErrorReply` (≈128 bytes) as their error so that it reaches the
+// peer unchanged; it is only built on cold refusal paths, so boxing it would only add noise.
+#![allow(clippy::result_large_err)]
+#![deny(missing_docs)]
+
+pub mod bridge;
+pub mod config;
+pub mod connection;
+pub mod credit;
+pub mod daemon;
+pub mod dispatch;
+pub mod journal;
+pub mod lease;
+pub mod logging;
+pub mod paths;
+pub mod pty;
+pub mod ring;
+pub mod server;
+pub mod session;
+pub mod shell;
+pub mod state;
+pub mod subscription;
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,396 @@
+//! One PTY and its process: spawning, the reader and waiter threads, input, resize, signals, kill.
+//!
+//! Threads per PTY (portable-pty reads and waits block):
+//! - **reader**: always drains the PTY into the replay [`Ring`] and publishes the new end offset
+//!   on a `watch` channel ([`Progress`]); it never waits for a client (rule F).
+//! - **writer**: owns the PTY writer for the PTY's whole life (dropping it would type `^D`) and
+//!   writes queued input, so a shell that does not read its input never blocks the daemon.
+//! - **waiter**: waits for the child to exit *without reaping it* (`waitid(WNOWAIT)`), then
+//!   reaps it under the reap lock, waits for reader EOF (bounded by a short grace so a background
+//!   process holding the terminal cannot delay it), and hands the status to the daemon.
+//!
+//! Killing is race-free against pid reuse: signals are only sent while holding the reap lock and
+//! only if the child has not been reaped, so the pid (and its process group, whose leader it is)
+//! still belongs to our child. `waitpid(-1)` is never used.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag};
+use nix::unistd::Pid;
+use portable_pty::{native_pty_system, Child, MasterPty, PtySize};
+use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, TermSize};
+use tokio::sync::watch;
+
+use crate::ring::Ring;
+use crate::shell;
+
+/// How an ended PTY is announced to subscribers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// The binding that ended.
+    pub binding: Binding,
+    /// Exit status.
+    pub status: ExitStatus,
+    /// Why it ended.
+    pub reason: EndReason,
+    /// Output end offset at exit; `Exited` goes out after output up to here.
+    pub event_key: u64,
+}
+
+/// What subscribers watch: the ring's end offset and, once ended, the exit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// End offset of the output.
+    pub end: u64,
+    /// Set once the PTY ended and its lease was updated.
+    pub exit: Option<ExitInfo>,
+}
+
+/// A running (or just ended) PTY. Shared as `Arc<Pty>` by the daemon and subscriptions.
+pub struct Pty {
+    binding: Binding,
+    pid: u32,
+    master: Mutex<Box<dyn MasterPty + Send>>,
+    input: mpsc::Sender<Vec<u8>>,
+    pending_input: Arc<AtomicUsize>,
+    ring: Arc<Mutex<Ring>>,
+    progress: watch::Sender<Progress>,
+    /// `true` once the child was reaped; signals are only sent while this is `false`.
+    reaped: Arc<Mutex<bool>>,
+    last_output_ms: Arc<AtomicU64>,
+    size: Mutex<TermSize>,
+}
+
+/// A freshly spawned PTY whose waiter is not started yet (the daemon first records the lease).
+pub struct Spawned {
+    /// The PTY.
+    pub pty: Arc<Pty>,
+    /// Recorded command line.
+    pub command: Vec<String>,
+    child: Box<dyn Child + Send + Sync>,
+    eof: mpsc::Receiver<()>,
+}
+
+impl Pty {
+    /// Spawns `spec` in a new PTY for `binding`, with a replay ring of `ring_bytes`.
+    ///
+    /// # Errors
+    /// [`ErrorReply::SpawnFailed`] (bad cwd, program not found, PTY allocation failed) or
+    /// [`ErrorReply::BadRequest`] (bad environment); nothing keeps running then.
+    pub fn spawn(
+        binding: Binding,
+        spec: &SpawnSpec,
+        ring_bytes: usize,
+    ) -> Result<Spawned, ErrorReply> {
+        let prepared = shell::prepare(spec)?;
+        let size = if spec.size.cols == 0 || spec.size.rows == 0 {
+            TermSize::default()
+        } else {
+            spec.size
+        };
+        let failed = |what: &str, e: anyhow::Error| ErrorReply::SpawnFailed {
+            message: format!("{what}: {e:#}"),
+        };
+        let pair = native_pty_system()
+            .openpty(pty_size(size))
+            .map_err(|e| failed("could not allocate a PTY", e))?;
+        let child = pair.slave.spawn_command(prepared.builder).map_err(|e| {
+            failed(
+                &format!(
+                    "could not start {:?} in {}",
+                    prepared.command,
+                    prepared.cwd.display()
+                ),
+                e,
+            )
+        })?;
+        // The slave must go now, or the reader never sees EOF.
+        drop(pair.slave);
+        let master = pair.master;
+        let pid = child.process_id().unwrap_or(0);
+        let reader = master.try_clone_reader();
+        let writer = master.take_writer();
+        let (reader, writer) = match (reader, writer) {
+            (Ok(r), Ok(w)) => (r, w),
+            (Err(e), _) | (_, Err(e)) => {
+                // Do not leave a shell without its PTY plumbing behind.
+                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                let mut child = child;
+                let _ = child.wait();
+                return Err(failed("could not open the PTY's reader/writer", e));
+            }
+        };
+        let (input, input_rx) = mpsc::channel::<Vec<u8>>();
+        let (eof_tx, eof) = mpsc::channel::<()>();
+        let pty = Arc::new(Pty {
+            binding,
+            pid,
+            master: Mutex::new(master),
+            input,
+            pending_input: Arc::new(AtomicUsize::new(0)),
+            ring: Arc::new(Mutex::new(Ring::new(ring_bytes))),
+            progress: watch::Sender::new(Progress::default()),
+            reaped: Arc::new(Mutex::new(false)),
+            last_output_ms: Arc::new(AtomicU64::new(0)),
+            size: Mutex::new(size),
+        });
+        pty.start_reader(reader, eof_tx);
+        pty.start_writer(writer, input_rx);
+        Ok(Spawned {
+            pty,
+            command: prepared.command,
+            child,
+            eof,
+        })
+    }
+
+    /// The binding this PTY serves.
+    pub fn binding(&self) -> &Binding {
+        &self.binding
+    }
+
+    /// Child process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The replay ring (locked briefly by readers; never across `.await`).
+    pub fn ring(&self) -> &Mutex<Ring> {
+        &self.ring
+    }
+
+    /// A receiver of output/exit progress.
+    pub fn watch(&self) -> watch::Receiver<Progress> {
+        self.progress.subscribe()
+    }
+
+    /// The current output end offset.
+    pub fn end_offset(&self) -> u64 {
+        self.progress.borrow().end
+    }
+
+    /// Last output time (ms since the Unix epoch), if any output was seen.
+    pub fn last_output_ms(&self) -> Option<u64> {
+        Some(self.last_output_ms.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+
+    /// Current size.
+    pub fn size(&self) -> TermSize {
+        *self.size.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues bytes for the PTY's input.
+    ///
+    /// # Errors
+    /// [`ErrorReply::LimitExceeded`] when more than `max_pending` bytes are already queued (the
+    /// program is not reading its input); [`ErrorReply::Internal`] when the writer is gone.
+    pub fn write_input(&self, data: Vec<u8>, max_pending: usize) -> Result<(), ErrorReply> {
+        let len = data.len();
+        let before = self.pending_input.fetch_add(len, Ordering::AcqRel);
+        if before > 0 && before + len > max_pending {
+            self.pending_input.fetch_sub(len, Ordering::AcqRel);
+            return Err(ErrorReply::LimitExceeded {
+                what: format!(
+                    "queued input for {} (the program is not reading)",
+                    self.binding
+                ),
+                limit: max_pending as u64,
+            });
+        }
+        self.input.send(data).map_err(|_| ErrorReply::Internal {
+            message: format!("input writer of {} is gone", self.binding),
+        })
+    }
+
+    /// Sets the terminal size.
+    ///
+    /// # Errors
+    /// [`ErrorReply::BadRequest`] for a zero dimension; [`ErrorReply::Internal`] if the ioctl
+    /// fails.
+    pub fn resize(&self, size: TermSize) -> Result<(), ErrorReply> {
+        if size.cols == 0 || size.rows == 0 {
+            return Err(ErrorReply::BadRequest {
+                message: format!("size {}x{} must be at least 1x1", size.cols, size.rows),
+            });
+        }
+        let master = self.master.lock().unwrap_or_else(|p| p.into_inner());
+        master
+            .resize(pty_size(size))
+            .map_err(|e| ErrorReply::Internal {
+                message: format!("resize of {} failed: {e:#}", self.binding),
+            })?;
+        *self.size.lock().unwrap_or_else(|p| p.into_inner()) = size;
+        Ok(())
+    }
+
+    /// Sends `signal` to the PTY's foreground process group (the shell's group if none).
+    ///
+    /// # Errors
+    /// [`ErrorReply::BadRequest`] for an unknown signal number.
+    pub fn signal(&self, signal: i32) -> Result<(), ErrorReply> {
+        let sig = Signal::try_from(signal).map_err(|_| ErrorReply::BadRequest {
+            message: format!("{signal} is not a signal number on this host"),
+        })?;
+        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        if *reaped {
+            return Ok(());
+        }
+        let master = self.master.lock().unwrap_or_else(|p| p.into_inner());
+        let group = master.process_group_leader().unwrap_or(self.pid as i32);
+        let _ = killpg(Pid::from_raw(group), sig);
+        Ok(())
+    }
+
+    /// Sends `signal` to the child's process group if the child is not reaped yet. Returns
+    /// whether it was sent.
+    pub fn signal_group_if_ours(&self, signal: Signal) -> bool {
+        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        !*reaped && killpg(Pid::from_raw(self.pid as i32), signal).is_ok()
+    }
+
+    /// Ends the PTY: SIGHUP to its process group now, SIGKILL after `grace` if the child is still
+    /// ours and unreaped. Returns at once: whether SIGHUP was sent (false when the child had
+    /// already exited).
+    pub fn kill(self: &Arc<Self>, grace: Duration) -> bool {
+        if !self.signal_group_if_ours(Signal::SIGHUP) {
+            return false;
+        }
+        let pty = Arc::downgrade(self);
+        let spawn = thread::Builder::new()
+            .name("relay-kill".into())
+            .spawn(move || {
+                thread::sleep(grace);
+                if let Some(pty) = pty.upgrade() {
+                    if pty.signal_group_if_ours(Signal::SIGKILL) {
+                        tracing::info!(binding = %pty.binding, "escalated to SIGKILL after {grace:?}");
+                    }
+                }
+            });
+        if let Err(e) = spawn {
+            tracing::warn!("could not start the SIGKILL timer: {e}");
+        }
+        true
+    }
+
+    /// Announces the end to subscribers (after the lease was updated).
+    pub fn publish_exit(&self, status: ExitStatus, reason: EndReason) {
+        self.progress.send_modify(|p| {
+            p.exit = Some(ExitInfo {
+                binding: self.binding.clone(),
+                status,
+                reason,
+                event_key: p.end,
+            })
+        });
+    }
+
+    fn start_reader(&self, mut reader: Box<dyn Read + Send>, eof: mpsc::Sender<()>) {
+        let ring = Arc::clone(&self.ring);
+        let progress = self.progress.clone();
+        let last = Arc::clone(&self.last_output_ms);
+        let name = format!("relay-read-{}", self.binding.pty.counter);
+        let spawned = thread::Builder::new().name(name).spawn(move || {
+            let _eof = eof; // Dropped on return: tells the waiter that output is finished.
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match reader.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        let end = {
+                            let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                            ring.append(&buf[..n]);
+                            ring.end()
+                        };
+                        last.store(crate::now_ms(), Ordering::Relaxed);
+                        progress.send_modify(|p| p.end = end);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("could not start a PTY reader thread: {e}");
+        }
+    }
+
+    fn start_writer(&self, mut writer: Box<dyn Write + Send>, input: mpsc::Receiver<Vec<u8>>) {
+        let pending = Arc::clone(&self.pending_input);
+        let name = format!("relay-write-{}", self.binding.pty.counter);
+        let spawned = thread::Builder::new().name(name).spawn(move || {
+            // Ends when the Pty (holding the sender) is dropped; only then is the writer dropped.
+            for data in input {
+                // A failed write means the PTY is gone; keep draining so accounting stays right.
+                let _ = writer.write_all(&data).and_then(|()| writer.flush());
+                pending.fetch_sub(data.len(), Ordering::AcqRel);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("could not start a PTY writer thread: {e}");
+        }
+    }
+}
+
+impl Spawned {
+    /// Starts the waiter thread. `on_exit` runs once, after the child was reaped and its output
+    /// finished (or the grace passed); it must update the lease and call [`Pty::publish_exit`].
+    pub fn start_waiter(
+        self,
+        output_grace: Duration,
+        on_exit: impl FnOnce(ExitStatus) + Send + 'static,
+    ) {
+        let Spawned {
+            pty,
+            mut child,
+            eof,
+            ..
+        } = self;
+        let name = format!("relay-wait-{}", pty.binding.pty.counter);
+        let spawned = thread::Builder::new().name(name).spawn(move || {
+            let pid = Pid::from_raw(pty.pid as i32);
+            // Wait for the exit without reaping, so the pid stays ours while signals may be sent.
+            while let Err(nix::errno::Errno::EINTR) =
+                waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+            {}
+            let status = {
+                let mut reaped = pty.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                let status = child.wait();
+                *reaped = true;
+                status
+            };
+            let status = match status {
+                Ok(s) => ExitStatus {
+                    code: s.exit_code(),
+                    signal: s.signal().map(str::to_string),
+                },
+                Err(e) => {
+                    tracing::warn!(binding = %pty.binding, "could not read the exit status: {e}");
+                    ExitStatus {
+                        code: 1,
+                        signal: None,
+                    }
+                }
+            };
+            // Output finished (reader EOF) or the grace passed.
+            let _ = eof.recv_timeout(output_grace);
+            on_exit(status);
+        });
+        if let Err(e) = spawned {
+            tracing::error!("could not start a PTY waiter thread: {e}");
+        }
+    }
+}
+
+fn pty_size(size: TermSize) -> PtySize {
+    PtySize {
+        rows: size.rows,
+        cols: size.cols,
+        pixel_width: 0,
+        pixel_height: 0,
+    }
+}

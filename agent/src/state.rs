@@ -1,0 +1,410 @@
+//! The daemon's shared state: the lease table, the live PTYs and the journal, behind a cheap-clone
+//! [`State`] handle.
+//!
+//! Locking: one `std` mutex over the table and the PTY map (`Book`), held only for short,
+//! non-blocking sections and never across `.await`; the journal mutex is only taken inside it
+//! (lock order: book → journal → a PTY's own locks). Spawning happens outside the book lock,
+//! serialized per pane by an async gate so two creates of one pane cannot both spawn (rule D)
+//! while creates of other panes proceed (rule F).
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use relay_protocol::message::{
+    Create, Created, Input, Kill, Protect, Resize, Signal as SignalReq, Status,
+};
+use relay_protocol::{
+    Binding, EndReason, ErrorReply, ExitStatus, Incarnation, LeaseInfo, PaneKey, PtyId,
+};
+
+use crate::config::Config;
+use crate::journal::{Journal, LoadReport, Record};
+use crate::lease::{Lease, LeaseTable};
+use crate::now_ms;
+use crate::pty::Pty;
+
+/// Handle to the daemon's state; clones share it.
+#[derive(Clone)]
+pub struct State {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    incarnation: Incarnation,
+    started_ms: u64,
+    started: Instant,
+    book: Mutex<Book>,
+    journal: Mutex<Journal>,
+    gates: Mutex<HashMap<PaneKey, Arc<tokio::sync::Mutex<()>>>>,
+    connections: AtomicU32,
+}
+
+struct Book {
+    table: LeaseTable,
+    ptys: HashMap<PtyId, Arc<Pty>>,
+}
+
+/// Counts a connection while it lives (for `Status`).
+pub struct ConnectionGuard(State);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.inner.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl State {
+    /// A new incarnation whose table is loaded from (and compacts) the journal at `journal`.
+    ///
+    /// # Errors
+    /// IO errors of the journal, naming its path.
+    pub fn open(config: Config, journal: &std::path::Path) -> io::Result<(State, LoadReport)> {
+        // A new random incarnation; re-rolled in the (unlikely) case the journal knows it.
+        let known = Journal::incarnations(journal)?;
+        let incarnation = loop {
+            let candidate = Incarnation(rand::random());
+            if !known.contains(&candidate) {
+                break candidate;
+            }
+        };
+        let mut table = LeaseTable::new(incarnation, config.max_ended);
+        let (journal, report) = Journal::open(journal, &mut table, now_ms())?;
+        let state = State {
+            inner: Arc::new(Inner {
+                config,
+                incarnation,
+                started_ms: now_ms(),
+                started: Instant::now(),
+                book: Mutex::new(Book {
+                    table,
+                    ptys: HashMap::new(),
+                }),
+                journal: Mutex::new(journal),
+                gates: Mutex::new(HashMap::new()),
+                connections: AtomicU32::new(0),
+            }),
+        };
+        Ok((state, report))
+    }
+
+    /// This daemon start's incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.inner.incarnation
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Registers a connection until the guard drops.
+    pub fn connection(&self) -> ConnectionGuard {
+        self.inner.connections.fetch_add(1, Ordering::Relaxed);
+        ConnectionGuard(self.clone())
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn journal(&self, rec: &Record) {
+        let mut j = self.inner.journal.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = j.append(rec) {
+            tracing::error!("could not append to the lease journal: {e}");
+        }
+    }
+
+    /// Create (rule D): the pane's live binding, or a newly spawned PTY.
+    ///
+    /// # Errors
+    /// [`ErrorReply::SpawnFailed`] / [`ErrorReply::BadRequest`] from spawning.
+    pub async fn create(&self, req: Create) -> Result<Created, ErrorReply> {
+        let gate = {
+            let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(gates.entry(req.pane.clone()).or_default())
+        };
+        let pane = req.pane.clone();
+        let held = gate.lock().await;
+        let result = self.create_gated(req).await;
+        drop(held);
+        let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+        // Only the map and this task hold the gate: nobody waits, forget it.
+        if Arc::strong_count(&gate) == 2 {
+            gates.remove(&pane);
+        }
+        result
+    }
+
+    async fn create_gated(&self, req: Create) -> Result<Created, ErrorReply> {
+        let pty_id = {
+            let mut book = self.book();
+            if let Some(live) = book.table.live(&req.pane) {
+                return Ok(Created {
+                    binding: live.binding.clone(),
+                    existed: true,
+                });
+            }
+            book.table.mint()
+        };
+        let binding = Binding {
+            pane: req.pane,
+            pty: pty_id,
+        };
+        let ring = self.inner.config.replay_bytes;
+        let (b, spec) = (binding.clone(), req.spec);
+        let spawned = tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring))
+            .await
+            .map_err(|e| ErrorReply::Internal {
+                message: format!("spawn task failed: {e}"),
+            })??;
+        let pty = Arc::clone(&spawned.pty);
+        {
+            let mut book = self.book();
+            let mut lease = Lease::live(
+                binding.clone(),
+                Some(pty.pid()),
+                spawned.command.clone(),
+                now_ms(),
+            );
+            lease.size = pty.size();
+            if let Err(e) = book.table.insert(lease.clone()) {
+                drop(book);
+                // Unreachable while the pane gate holds; still never leave an unowned shell.
+                pty.kill(Duration::ZERO);
+                spawned.start_waiter(Duration::ZERO, |_| {});
+                return Err(e);
+            }
+            book.ptys.insert(pty_id, Arc::clone(&pty));
+            self.journal(&Record::Created {
+                binding: binding.clone(),
+                command: lease.command,
+                pid: lease.pid,
+                size: lease.size,
+                at_ms: lease.created_ms,
+            });
+        }
+        tracing::info!(%binding, pid = pty.pid(), "created PTY");
+        let state = self.clone();
+        spawned.start_waiter(self.inner.config.exit_output_grace, move |status| {
+            state.on_exit(pty_id, status)
+        });
+        Ok(Created {
+            binding,
+            existed: false,
+        })
+    }
+
+    /// Called by a PTY's waiter once it ended: records the end, then tells subscribers.
+    fn on_exit(&self, pty_id: PtyId, status: ExitStatus) {
+        let (pty, reason) = {
+            let mut book = self.book();
+            let Some(pty) = book.ptys.remove(&pty_id) else {
+                return;
+            };
+            let (bytes, last) = (pty.end_offset(), pty.last_output_ms());
+            book.table.set_output(&pty_id, bytes, last);
+            let reason = book
+                .table
+                .end(&pty_id, Some(status.clone()), EndReason::Exited, now_ms())
+                .and_then(|l| l.info().reason)
+                .unwrap_or(EndReason::Exited);
+            self.journal(&Record::Ended {
+                pty: pty_id,
+                exit: Some(status.clone()),
+                reason: reason.clone(),
+                bytes_out: bytes,
+                last_output_ms: last,
+                at_ms: now_ms(),
+            });
+            let mut journal = self.inner.journal.lock().unwrap_or_else(|p| p.into_inner());
+            if journal.needs_compaction() {
+                if let Err(e) = journal.compact(&book.table) {
+                    tracing::error!("could not compact the lease journal: {e}");
+                }
+            }
+            (pty, reason)
+        };
+        tracing::info!(binding = %pty.binding(), %status, %reason, "PTY ended");
+        pty.publish_exit(status, reason);
+    }
+
+    /// Rule C: the live PTY of exactly this binding.
+    ///
+    /// # Errors
+    /// `NotFound`, `Ended` or `Mismatch` as [`LeaseTable::check_binding`].
+    pub fn fenced(&self, binding: &Binding) -> Result<Arc<Pty>, ErrorReply> {
+        let book = self.book();
+        book.table.check_binding(binding)?;
+        book.ptys
+            .get(&binding.pty)
+            .cloned()
+            .ok_or_else(|| ErrorReply::Internal {
+                message: format!("lease {binding} is live but its PTY is not registered"),
+            })
+    }
+
+    /// Rule B: subscribes one more connection to the pane's live PTY. Never spawns.
+    ///
+    /// # Errors
+    /// `NotFound`, `Ended` or `Mismatch` as [`LeaseTable::check_attach`].
+    pub fn attach(&self, pane: &PaneKey, expect: Option<PtyId>) -> Result<Arc<Pty>, ErrorReply> {
+        let mut book = self.book();
+        let pty_id = book.table.check_attach(pane, expect)?.binding.pty;
+        let pty = book
+            .ptys
+            .get(&pty_id)
+            .cloned()
+            .ok_or_else(|| ErrorReply::Internal {
+                message: format!("lease {pane}@{pty_id} is live but its PTY is not registered"),
+            })?;
+        book.table.attach(&pty_id, now_ms());
+        Ok(pty)
+    }
+
+    /// One connection stopped receiving `pty` (detach or connection drop). Never ends anything
+    /// (rule A).
+    pub fn detached(&self, pty: &PtyId) {
+        self.book().table.detach(pty, now_ms());
+    }
+
+    /// Writes input to the exact binding's PTY.
+    ///
+    /// # Errors
+    /// Fencing errors, or `LimitExceeded` when the program does not read its input.
+    pub fn input(&self, req: Input) -> Result<(), ErrorReply> {
+        self.fenced(&req.binding)?
+            .write_input(req.data, self.inner.config.max_pending_input)
+    }
+
+    /// Resizes the exact binding's PTY.
+    ///
+    /// # Errors
+    /// Fencing errors, or `BadRequest` for a zero size.
+    pub fn resize(&self, req: Resize) -> Result<(), ErrorReply> {
+        self.fenced(&req.binding)?.resize(req.size)?;
+        self.book().table.set_size(&req.binding.pty, req.size);
+        Ok(())
+    }
+
+    /// Signals the exact binding's foreground process group.
+    ///
+    /// # Errors
+    /// Fencing errors, or `BadRequest` for an unknown signal.
+    pub fn signal(&self, req: SignalReq) -> Result<(), ErrorReply> {
+        self.fenced(&req.binding)?.signal(req.signal)
+    }
+
+    /// Kill: SIGHUP to the process group now, SIGKILL after the grace if still ours. The lease
+    /// ends with reason `Killed` when the child is reaped.
+    ///
+    /// # Errors
+    /// Fencing errors.
+    pub fn kill(&self, req: Kill) -> Result<(), ErrorReply> {
+        let mut book = self.book();
+        book.table.check_binding(&req.binding)?;
+        if let Some(pty) = book.ptys.get(&req.binding.pty).cloned() {
+            // Marked under the book lock, which the waiter needs to end the lease, so the end is
+            // recorded as Killed exactly when this SIGHUP was sent to a still unreaped child.
+            if pty.kill(self.inner.config.kill_grace) {
+                book.table.mark_kill(&req.binding.pty);
+                tracing::info!(binding = %req.binding, "kill: SIGHUP sent");
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets the protect flag of the exact binding (journaled).
+    ///
+    /// # Errors
+    /// Fencing errors.
+    pub fn protect(&self, req: Protect) -> Result<(), ErrorReply> {
+        let mut book = self.book();
+        book.table.check_binding(&req.binding)?;
+        book.table.set_protected(&req.binding.pty, req.protected);
+        self.journal(&Record::Protect {
+            pty: req.binding.pty,
+            protected: req.protected,
+        });
+        Ok(())
+    }
+
+    /// Every lease, live figures filled in, sorted by pane key then PTY id.
+    pub fn leases(&self) -> Vec<LeaseInfo> {
+        let book = self.book();
+        let mut out: Vec<LeaseInfo> = book
+            .table
+            .leases()
+            .map(|l| {
+                let mut info = l.info();
+                if let Some(pty) = book.ptys.get(&l.binding.pty) {
+                    info.bytes_out = pty.end_offset();
+                    info.last_output_ms = pty.last_output_ms();
+                    info.size = pty.size();
+                }
+                info
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.binding.pane, a.binding.pty).cmp(&(&b.binding.pane, b.binding.pty)));
+        out
+    }
+
+    /// The `Status` reply.
+    pub fn status(&self) -> Status {
+        Status {
+            agent_version: self.inner.config.advertise_version.clone(),
+            incarnation: self.inner.incarnation,
+            pid: std::process::id(),
+            started_ms: self.inner.started_ms,
+            uptime_ms: self.inner.started.elapsed().as_millis() as u64,
+            leases: self.book().table.counts(),
+            connections: self.inner.connections.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Daemon shutdown: seals the journal (so the next incarnation reports the live leases as
+    /// ended with `AgentRestarted`), then ends every PTY: SIGHUP to each process group, and
+    /// SIGKILL to those still unreaped after `grace`. Waits at most about twice `grace`.
+    pub async fn shutdown(&self, grace: Duration) {
+        if let Err(e) = self
+            .inner
+            .journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .seal()
+        {
+            tracing::error!("could not flush the lease journal: {e}");
+        }
+        let ptys: Vec<Arc<Pty>> = self.book().ptys.values().cloned().collect();
+        if ptys.is_empty() {
+            return;
+        }
+        tracing::info!(count = ptys.len(), "ending PTYs because the daemon stops");
+        for pty in &ptys {
+            pty.signal_group_if_ours(Signal::SIGHUP);
+        }
+        if !wait_all_ended(&ptys, grace).await {
+            for pty in &ptys {
+                if pty.signal_group_if_ours(Signal::SIGKILL) {
+                    tracing::warn!(binding = %pty.binding(), "PTY ignored SIGHUP; sent SIGKILL");
+                }
+            }
+            wait_all_ended(&ptys, grace).await;
+        }
+    }
+}
+
+/// Waits until every PTY announced its exit, at most `limit`. Returns whether all did.
+async fn wait_all_ended(ptys: &[Arc<Pty>], limit: Duration) -> bool {
+    let all = async {
+        for pty in ptys {
+            let mut rx = pty.watch();
+            let _ = rx.wait_for(|p| p.exit.is_some()).await;
+        }
+    };
+    tokio::time::timeout(limit, all).await.is_ok()
+}

@@ -1,0 +1,76 @@
+//! The bridge: starting exactly one daemon, and never taking it down.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use relay_protocol::LeaseState;
+
+use crate::support::{alive, contains, pane, wait_until, Home, WAIT};
+
+/// Two bridges started at the same instant end with exactly one daemon, which both talk to.
+#[test]
+fn two_bridges_at_once_start_exactly_one_daemon() {
+    let home = Arc::new(Home::new());
+    let barrier = Arc::new(Barrier::new(2));
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let (home, barrier) = (Arc::clone(&home), Arc::clone(&barrier));
+            thread::spawn(move || {
+                barrier.wait();
+                let (child, mut c) = home.bridge();
+                let status = c.status();
+                (child, c, status)
+            })
+        })
+        .collect();
+    let results: Vec<_> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    let (a, b) = (&results[0].2, &results[1].2);
+    assert_eq!(
+        a.incarnation, b.incarnation,
+        "both bridges reach the same daemon"
+    );
+    assert_eq!(a.pid, b.pid);
+    assert_eq!(home.daemons(), vec![a.pid], "exactly one daemon process");
+    assert!(
+        home.log().matches("daemon starting").count() == 1,
+        "{}",
+        home.log()
+    );
+    for (mut child, c, _) in results {
+        drop(c); // EOF on the bridge's stdin: it exits once the daemon closed its side.
+        child.wait().unwrap();
+    }
+}
+
+/// Killing the bridge's whole process group (what an SSH disconnect or a killed connector does)
+/// leaves the daemon and its PTYs running.
+#[test]
+fn daemon_and_pty_survive_killing_the_bridge_process_group() {
+    let home = Home::new();
+    let (mut bridge, mut c) = home.bridge();
+    let daemon = c.status().pid;
+    let p = pane("keep");
+    let created = c.create(&p, &["sh"]);
+    c.attach(&p, Some(created.binding.pty), None).unwrap();
+    let shell = c.lease(created.binding.pty).pid.unwrap();
+
+    killpg(Pid::from_raw(bridge.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = bridge.wait();
+    drop(c);
+
+    let mut c = home.client();
+    assert!(wait_until(WAIT, || c.lease(created.binding.pty).state
+        == LeaseState::Detached));
+    assert!(alive(daemon), "daemon survived");
+    assert!(alive(shell), "shell survived");
+    assert_eq!(c.status().pid, daemon);
+    // And the shell still works.
+    let a = c.attach(&p, Some(created.binding.pty), None).unwrap();
+    c.input(&created.binding, "echo still-$((1+1))\n").unwrap();
+    let out = c.output_until(created.binding.pty, a.replay_from, |o| {
+        contains(o, "still-2")
+    });
+    assert!(contains(&out, "still-2"));
+}

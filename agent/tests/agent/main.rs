@@ -1,0 +1,12 @@
+//! Integration tests of `relay-agent` against the real binary, real PTYs and real processes.
+//! Each test has its own temporary `RELAY_HOME` (so its own daemon), stopped when the test ends.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bridge;
+mod lifecycle;
+mod malformed;
+mod output;
+mod peer;
+mod rules;
