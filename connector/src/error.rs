@@ -7,8 +7,9 @@ use relay_protocol::{DecodeError, ErrorReply};
 #[non_exhaustive]
 pub enum Error {
     /// The agent refused the request with a typed error (not found, ended, mismatch, ...).
+    /// Boxed to keep `Result<_, Error>` small on the keystroke path.
     #[error(transparent)]
-    Agent(#[from] ErrorReply),
+    Agent(Box<ErrorReply>),
     /// The connection to the agent is gone (EOF, reset, bridge exited). Nothing on the host is
     /// known to have changed (rule A): reconnect and re-attach.
     #[error("connection to the agent lost: {0}")]
@@ -47,6 +48,14 @@ pub enum Error {
     /// Local IO failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// The agent speaks another protocol major version (rule H). The message says which versions
+    /// and what to upgrade.
+    #[error("incompatible agent: {0}")]
+    Incompatible(String),
+    /// The requested feature is not available in this build of the connector (e.g. an SSH
+    /// destination before the SSH transport exists).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl Error {
@@ -59,11 +68,37 @@ impl Error {
         )
     }
 
+    /// Whether the agent answered that the pane has never existed ([`ErrorReply::NotFound`]).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self.agent_reply(), Some(ErrorReply::NotFound { .. }))
+    }
+
+    /// Whether the agent answered that the pane's PTY has ended ([`ErrorReply::Ended`]).
+    pub fn is_ended(&self) -> bool {
+        matches!(self.agent_reply(), Some(ErrorReply::Ended { .. }))
+    }
+
+    /// Whether the agent rejected a stale binding ([`ErrorReply::Mismatch`], rule C).
+    pub fn is_mismatch(&self) -> bool {
+        matches!(self.agent_reply(), Some(ErrorReply::Mismatch { .. }))
+    }
+
+    /// Whether the connection to the agent is gone ([`Error::ConnectionLost`]).
+    pub fn is_connection_lost(&self) -> bool {
+        matches!(self, Error::ConnectionLost(_))
+    }
+
     /// The agent's typed refusal, if this is one.
     pub fn agent_reply(&self) -> Option<&ErrorReply> {
         match self {
-            Error::Agent(e) => Some(e),
+            Error::Agent(e) => Some(e.as_ref()),
             _ => None,
         }
+    }
+}
+
+impl From<ErrorReply> for Error {
+    fn from(e: ErrorReply) -> Self {
+        Error::Agent(Box::new(e))
     }
 }

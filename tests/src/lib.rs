@@ -1,1 +1,308 @@
-//! placeholder
+//! Harness for relay's integration tests: the real binaries, a private `RELAY_HOME` per test, and
+//! helpers to read pane output with generous liveness bounds.
+//!
+//! The binaries (`relay-agent`, `relay`, `relayctl`) are taken from the cargo target directory the
+//! test executable lives in (`target/<profile>/deps/..`). Cargo does not build other packages'
+//! binaries for `cargo test -p relay-tests`, so run `cargo build --workspace --bins` first (the
+//! README and CI do).
+//!
+//! Each [`TestHome`] is a temporary `RELAY_HOME`; its daemon (started on demand by the first
+//! bridge) is stopped when the `TestHome` is dropped, using the pid the daemon reports in its
+//! status. Tests never share a daemon.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use relay_connector::{BridgeStderr, LocalConfig, LocalTransport, PaneEvent, PaneHandle, Session};
+
+/// Generous bound for things that should take milliseconds (liveness, not performance).
+pub const LIVENESS: Duration = Duration::from_secs(20);
+
+/// Paths of the built binaries.
+#[derive(Debug)]
+pub struct Bins {
+    /// `relay-agent`.
+    pub agent: PathBuf,
+    /// `relay`.
+    pub relay: PathBuf,
+    /// `relayctl`.
+    pub relayctl: PathBuf,
+}
+
+/// The binaries next to this test executable; panics with the fix when one is missing.
+pub fn bins() -> &'static Bins {
+    static BINS: OnceLock<Bins> = OnceLock::new();
+    BINS.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current test executable");
+        // target/<profile>/deps/<test> → target/<profile>
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable lives in target/<profile>/deps");
+        let find = |name: &str| {
+            let p = dir.join(name);
+            assert!(
+                p.is_file(),
+                "{} is missing: run `cargo build --workspace --bins` before `cargo test` \
+                 (cargo test does not build other packages' binaries)",
+                p.display()
+            );
+            p
+        };
+        Bins {
+            agent: find("relay-agent"),
+            relay: find("relay"),
+            relayctl: find("relayctl"),
+        }
+    })
+}
+
+/// A private `RELAY_HOME`; stops its daemon on drop.
+pub struct TestHome {
+    dir: tempfile::TempDir,
+    env: Vec<(OsString, OsString)>,
+}
+
+impl TestHome {
+    /// A fresh, empty `RELAY_HOME`.
+    pub fn new() -> Self {
+        Self::with_env(&[])
+    }
+
+    /// A fresh `RELAY_HOME` whose daemon gets these extra environment variables (e.g.
+    /// `RELAY_WINDOW_BYTES`).
+    pub fn with_env(env: &[(&str, &str)]) -> Self {
+        let _ = bins();
+        TestHome {
+            dir: tempfile::Builder::new()
+                .prefix("relay-test-")
+                .tempdir()
+                .expect("temp dir"),
+            env: env
+                .iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                .collect(),
+        }
+    }
+
+    /// The `RELAY_HOME` directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A local transport running this build's agent with this home.
+    pub fn transport(&self) -> LocalTransport {
+        self.transport_with(&bins().agent)
+    }
+
+    /// A local transport running `agent_bin` (e.g. a wrapper script) with this home.
+    pub fn transport_with(&self, agent_bin: &Path) -> LocalTransport {
+        LocalTransport::with_config(LocalConfig {
+            agent_bin: Some(agent_bin.to_path_buf()),
+            relay_home: Some(self.path().to_path_buf()),
+            env: self.env.clone(),
+            stderr: BridgeStderr::Inherit,
+        })
+    }
+
+    /// A connected session.
+    pub async fn session(&self) -> Session {
+        Session::connect(&self.transport(), "relay-tests")
+            .await
+            .expect("connecting to the agent")
+    }
+
+    /// A command for one of the binaries with this home and agent in its environment.
+    pub fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        self.apply_env(|k, v| {
+            cmd.env(k, v);
+        });
+        cmd
+    }
+
+    /// Calls `set` for every environment variable a relay process of this home needs.
+    pub fn apply_env(&self, mut set: impl FnMut(&OsString, &OsString)) {
+        set(&"RELAY_HOME".into(), &self.path().as_os_str().to_owned());
+        set(
+            &"RELAY_AGENT_BIN".into(),
+            &bins().agent.as_os_str().to_owned(),
+        );
+        for (k, v) in &self.env {
+            set(k, v);
+        }
+    }
+
+    /// Runs `relayctl ARGS` to completion (stdin closed) and returns its output.
+    pub fn relayctl(&self, args: &[&str]) -> Output {
+        self.command(&bins().relayctl)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running relayctl")
+    }
+
+    /// `relayctl leases --json`, parsed; panics with relayctl's stderr on failure.
+    pub fn leases_json(&self) -> Vec<serde_json::Value> {
+        let out = self.relayctl(&["leases", "--json"]);
+        assert!(
+            out.status.success(),
+            "relayctl leases --json failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("relayctl leases --json prints a JSON array")
+    }
+
+    /// Whether a daemon holds this home's `run/daemon.lock`.
+    pub fn daemon_running(&self) -> bool {
+        let Ok(file) = File::open(self.path().join("run/daemon.lock")) else {
+            return false;
+        };
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
+            Ok(lock) => {
+                drop(lock);
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
+    /// The daemon's pid from `relayctl status --json`, if a daemon runs.
+    pub fn daemon_pid(&self) -> Option<i32> {
+        if !self.daemon_running() {
+            return None;
+        }
+        let out = self.relayctl(&["status", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["pid"].as_i64().map(|p| p as i32)
+    }
+}
+
+impl Default for TestHome {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TestHome {
+    fn drop(&mut self) {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let Some(pid) = self.daemon_pid() else {
+            return;
+        };
+        let pid = Pid::from_raw(pid);
+        let _ = kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if kill(pid, None).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+}
+
+/// Output read from a pane, checked for order: every output starts where the previous ended.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Offset of the first byte in `data`.
+    pub start: Option<u64>,
+    /// Concatenated output.
+    pub data: Vec<u8>,
+    /// Gaps seen, `(from, to)`.
+    pub gaps: Vec<(u64, u64)>,
+    /// The exit event, if seen: `(code, signal)`.
+    pub exit: Option<(u32, Option<String>)>,
+    /// Offset after the last byte seen.
+    pub end: u64,
+}
+
+impl Collected {
+    /// The output as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.data).into_owned()
+    }
+
+    fn apply(&mut self, ev: PaneEvent) -> Result<(), String> {
+        match ev {
+            PaneEvent::Output { offset, data } => {
+                match self.start {
+                    None => {
+                        self.start = Some(offset);
+                        self.end = offset;
+                    }
+                    Some(_) if offset != self.end => {
+                        return Err(format!(
+                            "output at offset {offset}, expected {} (out of order)",
+                            self.end
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                self.end = offset + data.len() as u64;
+                self.data.extend_from_slice(&data);
+            }
+            PaneEvent::Gap { from, to } => {
+                self.gaps.push((from, to));
+                self.start.get_or_insert(to);
+                self.end = to;
+            }
+            PaneEvent::Exited { exit, .. } => self.exit = Some((exit.code, exit.signal)),
+            PaneEvent::Disconnected { reason } => return Err(format!("disconnected: {reason}")),
+        }
+        Ok(())
+    }
+}
+
+/// Reads `handle` into `into` until `done(into)` holds; fails after `within` or when the stream
+/// ends first.
+pub async fn read_until(
+    handle: &mut PaneHandle,
+    into: &mut Collected,
+    within: Duration,
+    done: impl Fn(&Collected) -> bool,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    while !done(into) {
+        match tokio::time::timeout_at(deadline, handle.next()).await {
+            Err(_) => {
+                return Err(format!(
+                    "timed out after {within:?}; output so far: {:?}",
+                    into.text()
+                ))
+            }
+            Ok(None) => return Err(format!("stream ended; output so far: {:?}", into.text())),
+            Ok(Some(ev)) => into.apply(ev)?,
+        }
+    }
+    Ok(())
+}
+
+/// Reads until the output contains `needle`.
+pub async fn read_until_text(
+    handle: &mut PaneHandle,
+    into: &mut Collected,
+    needle: &str,
+) -> Result<(), String> {
+    read_until(handle, into, LIVENESS, |c| c.text().contains(needle)).await
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or panics after [`LIVENESS`] with `what`.
+pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + LIVENESS;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub mod fixture;

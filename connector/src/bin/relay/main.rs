@@ -1,1 +1,61 @@
-fn main() {}
+//! `relay`: an ssh-like client for terminals that outlive their connection.
+//!
+//! This file only parses arguments, runs, and turns the outcome into an exit code: the shell's own
+//! code after it exits, 0 after a detach, 2 when the pane does not exist (or has ended) for
+//! `relay attach`, 1 for other errors. Errors are printed once, here.
+
+mod cli;
+mod escape;
+mod shell;
+mod terminal;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// An error with a chosen exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    /// Process exit code.
+    pub code: u8,
+    /// What went wrong and how to fix it.
+    pub message: String,
+}
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| {
+            rt.block_on(async {
+                match &cli.command {
+                    cli::Command::Shell(args) => shell::run(args, shell::Mode::Shell).await,
+                    cli::Command::Attach(args) => shell::run(args, shell::Mode::Attach).await,
+                }
+            })
+        });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("relay: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+fn exit_code(err: &anyhow::Error) -> u8 {
+    if let Some(f) = err.downcast_ref::<Failure>() {
+        return f.code;
+    }
+    1
+}

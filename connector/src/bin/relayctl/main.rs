@@ -1,1 +1,87 @@
-fn main() {}
+//! `relayctl`: operator commands against a relay agent (`leases`, `status`, `kill`, `protect`).
+//!
+//! This file only parses arguments, runs, prints the error chain once and picks the exit code
+//! (0 success, 1 failure, 2 usage errors from clap).
+
+mod commands;
+mod render;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Inspect and manage the shells a relay agent keeps.
+#[derive(Debug, Parser)]
+#[command(name = "relayctl", version)]
+pub struct Cli {
+    /// Manage the agent on this SSH host (user@host[:port] or an ssh_config alias).
+    #[arg(long, global = true, value_name = "HOST")]
+    pub ssh: Option<String>,
+    /// SSH flags for --ssh (--accept-new, -F, -i, --port).
+    #[command(flatten)]
+    pub ssh_args: relay_connector::ssh::cli::SshArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List every lease (live, detached, ended, superseded). Never creates anything.
+    Leases {
+        /// Print a JSON array instead of a table (fields: pane{workspace,tab,leaf}, pty, pid,
+        /// state, since_ms, last_output_ms, bytes_out, command, exit{code,signal}, reason,
+        /// protected, attached).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the agent's version, incarnation, pid, uptime, lease counts and connections.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// End exactly one shell: the pane's PTY with this id (see `relayctl leases`).
+    Kill {
+        /// Pane key as `workspace/tab/leaf`.
+        pane: String,
+        /// PTY id as shown by `relayctl leases` (`<incarnation>.<counter>`).
+        #[arg(long)]
+        pty: String,
+    },
+    /// Exempt a shell from lifecycle expiry (or take the exemption back with --off).
+    Protect {
+        /// Pane key as `workspace/tab/leaf`.
+        pane: String,
+        /// PTY id as shown by `relayctl leases` (`<incarnation>.<counter>`).
+        #[arg(long)]
+        pty: String,
+        /// Remove the protection.
+        #[arg(long)]
+        off: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(commands::run(&cli)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("relayctl: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

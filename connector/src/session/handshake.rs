@@ -1,0 +1,204 @@
+//! The first exchange of a connection: send [`Hello`], expect [`Welcome`] (rule H).
+//!
+//! The agent stream may run over an SSH exec channel, where a shell startup file that prints text
+//! (a banner, `echo` in `.bashrc`) corrupts the first bytes. Such bytes are reported as a
+//! handshake error with the hint to check the shell startup output, never as a confusing
+//! protocol error.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use relay_protocol::frame::FrameError;
+use relay_protocol::{
+    ErrorReply, Hello, Message, Request, Response, Welcome, MAGIC, PROTOCOL_MAJOR, PROTOCOL_MINOR,
+};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::transport::{BoxReader, BoxWriter};
+use crate::Error;
+use relay_protocol::FrameCodec;
+
+/// How long the agent may take to answer the hello (includes starting the daemon).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Request id of the hello.
+const HELLO_ID: u64 = 1;
+
+const HINT: &str = "check your shell startup output (files like ~/.bashrc must not print anything \
+                    for non-interactive shells)";
+
+/// Sends the hello and waits for the welcome.
+///
+/// # Errors
+/// [`Error::Handshake`] for anything that is not a relay welcome (with a hint when it looks like
+/// text), [`Error::Incompatible`] for another protocol major version.
+pub(crate) async fn run(
+    reader: &mut FramedRead<BoxReader, FrameCodec>,
+    writer: &mut FramedWrite<BoxWriter, FrameCodec>,
+    client_id: &str,
+    destination: &str,
+) -> Result<Welcome, Error> {
+    let hello = Hello::new(client_id, env!("CARGO_PKG_VERSION"));
+    let bytes = Bytes::from(Message::Request(HELLO_ID, Request::Hello(hello)).to_bytes());
+    // A failed write usually means the bridge already exited; its reason is on the read side.
+    let sent = writer.send(bytes).await;
+    let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.next()).await {
+        Err(_) => {
+            return Err(Error::Handshake(format!(
+                "the agent on {destination} did not answer within {}s",
+                HANDSHAKE_TIMEOUT.as_secs()
+            )))
+        }
+        Ok(first) => first,
+    };
+    match first {
+        None => Err(Error::Handshake(format!(
+            "the agent bridge on {destination} closed the stream before answering{}; see its \
+             stderr and $RELAY_HOME/log/agent.log",
+            sent.err()
+                .map(|e| format!(" (write: {e})"))
+                .unwrap_or_default()
+        ))),
+        Some(Err(e)) => Err(frame_error(e, destination)),
+        Some(Ok(frame)) => check_welcome(&frame, destination),
+    }
+}
+
+fn frame_error(e: FrameError, destination: &str) -> Error {
+    match e {
+        FrameError::TooLarge { len, .. } => {
+            // The "length" is the first four bytes of whatever was printed.
+            let head = (len as u32).to_be_bytes();
+            let text = if head.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+                format!(" (it starts with {:?})", String::from_utf8_lossy(&head))
+            } else {
+                String::new()
+            };
+            Error::Handshake(format!(
+                "the first bytes from {destination} are not a relay welcome{text}; {HINT}"
+            ))
+        }
+        FrameError::Io(io) => Error::Handshake(format!(
+            "reading the welcome from {destination} failed: {io}; {HINT}"
+        )),
+    }
+}
+
+/// Checks the first frame (no IO).
+pub(crate) fn check_welcome(frame: &[u8], destination: &str) -> Result<Welcome, Error> {
+    let msg = Message::from_bytes(frame).map_err(|e| {
+        Error::Handshake(format!(
+            "the first message from {destination} is not a relay welcome ({e}); {HINT}"
+        ))
+    })?;
+    match msg {
+        Message::Response(_, Response::Welcome(w)) => {
+            if w.magic != MAGIC {
+                return Err(Error::Handshake(format!(
+                    "the welcome from {destination} has the wrong magic {:#010x}; {HINT}",
+                    w.magic
+                )));
+            }
+            if w.major != PROTOCOL_MAJOR {
+                return Err(Error::Incompatible(incompatible_message(
+                    destination,
+                    w.major,
+                    w.minor,
+                    &w.agent_version,
+                )));
+            }
+            Ok(w)
+        }
+        Message::Response(_, Response::Error(ErrorReply::Incompatible { message })) => {
+            Err(Error::Incompatible(format!(
+                "the agent on {destination} refused protocol {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}: \
+                 {message}; install a relay connector that matches the agent, or redeploy the \
+                 agent"
+            )))
+        }
+        Message::Response(_, Response::Error(e)) => Err(Error::Handshake(format!(
+            "the agent on {destination} refused the hello: {e}"
+        ))),
+        other => Err(Error::Handshake(format!(
+            "expected a welcome from {destination}, got {:?}; {HINT}",
+            other.to_envelope().op
+        ))),
+    }
+}
+
+fn incompatible_message(destination: &str, major: u16, minor: u16, version: &str) -> String {
+    let fix = if major > PROTOCOL_MAJOR {
+        "upgrade relay on this machine"
+    } else {
+        "the agent is older: let the connector deploy a matching agent (running shells stay on \
+         the old daemon until they end)"
+    };
+    format!(
+        "the agent on {destination} (version {version}) speaks protocol {major}.{minor}, this \
+         connector speaks {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}; {fix}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_protocol::{Capability, Incarnation, Limits};
+
+    fn welcome(major: u16) -> Welcome {
+        Welcome {
+            magic: MAGIC,
+            major,
+            minor: 0,
+            agent_version: "9.9.9".into(),
+            incarnation: Incarnation(1),
+            capabilities: Capability::all(),
+            limits: Limits {
+                max_frame: 1 << 20,
+                window: 1 << 20,
+                max_chunk: 1 << 16,
+                replay_bytes: 1 << 22,
+            },
+        }
+    }
+
+    #[test]
+    fn a_welcome_of_the_same_major_is_accepted() {
+        let f = Message::Response(1, Response::Welcome(welcome(PROTOCOL_MAJOR))).to_bytes();
+        assert_eq!(check_welcome(&f, "local").unwrap().agent_version, "9.9.9");
+    }
+
+    #[test]
+    fn another_major_is_a_typed_incompatibility_with_a_fix() {
+        let f = Message::Response(1, Response::Welcome(welcome(PROTOCOL_MAJOR + 1))).to_bytes();
+        let err = check_welcome(&f, "local").unwrap_err();
+        assert!(matches!(err, Error::Incompatible(_)), "{err}");
+        assert!(err.to_string().contains("upgrade relay"), "{err}");
+    }
+
+    #[test]
+    fn an_incompatible_refusal_is_typed() {
+        let f = Message::Response(
+            1,
+            Response::Error(ErrorReply::Incompatible {
+                message: "agent speaks 3.0".into(),
+            }),
+        )
+        .to_bytes();
+        assert!(matches!(
+            check_welcome(&f, "h").unwrap_err(),
+            Error::Incompatible(_)
+        ));
+    }
+
+    #[test]
+    fn text_instead_of_a_frame_gets_the_shell_startup_hint() {
+        let len = u32::from_be_bytes(*b"Welc") as u64;
+        let err = frame_error(FrameError::TooLarge { len, max: 1 << 20 }, "db1");
+        let msg = err.to_string();
+        assert!(msg.contains("check your shell startup output"), "{msg}");
+        assert!(msg.contains("Welc"), "{msg}");
+        let err = check_welcome(b"garbage here", "db1").unwrap_err();
+        assert!(err.to_string().contains("check your shell startup output"));
+    }
+}

@@ -1,0 +1,380 @@
+//! [`Session`]: one connection to one agent, shared by every workspace and pane of the app.
+//!
+//! A session is an actor: [`Session::connect`] does the hello exchange, then spawns a reader task
+//! (replies by request id to a table of pending oneshot senders; output pushes to per-PTY queues)
+//! and a writer task fed by a bounded queue. [`Session`] is a cheap-clone handle; the connection
+//! closes when the last clone is dropped. When the connection drops, every pending request fails
+//! with [`Error::ConnectionLost`] and every pane stream ends with
+//! [`PaneEvent::Disconnected`](crate::PaneEvent::Disconnected); nothing on the host is touched
+//! (rule A).
+//!
+//! Every mutation takes the exact [`Binding`] (rule C), and every operation checks that the agent
+//! advertised the capability it needs before anything is sent (rule H).
+
+mod conn;
+pub(crate) mod handshake;
+pub(crate) mod shared;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use relay_protocol::message::{
+    Attach, Create, Created, Detach, Input, Kill, ListLeases, Ping, Protect, Resize, Signal,
+    Status, StatusRequest,
+};
+use relay_protocol::{
+    Binding, Capability, FrameCodec, LeaseInfo, Message, PaneKey, PtyId, Request, Response,
+    SpawnSpec, TermSize, Welcome, DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::pane::{queue_cap, PaneHandle, PaneSink};
+use crate::transport::{AgentStream, Transport};
+use crate::Error;
+use shared::{Pending, Shared};
+
+/// Capacity of the writer's request queue, in messages.
+const REQUEST_QUEUE: usize = 256;
+
+/// A connection to one agent. Cheap to clone; every clone talks over the same connection.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    requests: mpsc::Sender<Bytes>,
+    shared: Arc<Shared>,
+    welcome: Welcome,
+    destination: String,
+    max_frame: usize,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("destination", &self.inner.destination)
+            .field("agent_version", &self.inner.welcome.agent_version)
+            .field("incarnation", &self.inner.welcome.incarnation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Opens a stream with `transport`, exchanges hello/welcome and starts the connection's tasks.
+    /// `client_id` names this client in the agent's logs (e.g. `"my-editor/1234"`).
+    ///
+    /// Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    /// The transport's errors ([`Error::Spawn`], SSH errors, ...); [`Error::Handshake`] when the
+    /// first reply is not a relay welcome; [`Error::Incompatible`] when the agent speaks another
+    /// protocol major version.
+    pub async fn connect(transport: &dyn Transport, client_id: &str) -> Result<Session, Error> {
+        let destination = transport.describe();
+        let AgentStream {
+            reader,
+            writer,
+            guard,
+        } = transport.open().await?;
+        let mut reader = FramedRead::new(reader, FrameCodec::new(DEFAULT_MAX_FRAME));
+        let mut writer = FramedWrite::new(writer, FrameCodec::new(DEFAULT_MAX_FRAME));
+        let welcome = handshake::run(&mut reader, &mut writer, client_id, &destination).await?;
+        let max_frame = welcome.limits.max_frame.min(DEFAULT_MAX_FRAME);
+        let writer = FramedWrite::new(writer.into_inner(), FrameCodec::new(max_frame));
+        tracing::debug!(
+            %destination,
+            agent_version = %welcome.agent_version,
+            incarnation = %welcome.incarnation,
+            "connected to agent"
+        );
+        let shared = Arc::new(Shared::new());
+        let (requests, rx) = mpsc::channel(REQUEST_QUEUE);
+        tokio::spawn(conn::write_loop(writer, rx, shared.clone(), guard));
+        tokio::spawn(conn::read_loop(reader, shared.clone()));
+        Ok(Session {
+            inner: Arc::new(Inner {
+                requests,
+                shared,
+                welcome,
+                destination,
+                max_frame: max_frame as usize,
+            }),
+        })
+    }
+
+    /// What the agent said in its welcome: version, incarnation, capabilities and limits.
+    pub fn welcome(&self) -> &Welcome {
+        &self.inner.welcome
+    }
+
+    /// The transport's name of the destination (`"local"`, `"user@host:22"`).
+    pub fn destination(&self) -> &str {
+        &self.inner.destination
+    }
+
+    /// Whether the connection is closed (requests fail with [`Error::ConnectionLost`]).
+    pub fn is_closed(&self) -> bool {
+        self.inner.shared.cancel.is_cancelled()
+    }
+
+    /// Resolves when the connection is closed; returns why.
+    pub async fn closed(&self) -> String {
+        self.inner.shared.cancel.cancelled().await;
+        self.inner
+            .shared
+            .closed_reason()
+            .unwrap_or_else(|| "the session was closed".into())
+    }
+
+    /// Creates a PTY for `pane` running `spec`, or returns the pane's live PTY without spawning
+    /// (`existed: true`; rule D). Does not attach.
+    ///
+    /// # Errors
+    /// [`Error::Agent`] with `SpawnFailed` (bad command or cwd) or `BadRequest`;
+    /// [`Error::ConnectionLost`]; [`Error::Unsupported`] without the `pty` capability.
+    pub async fn create(&self, pane: PaneKey, spec: SpawnSpec) -> Result<Created, Error> {
+        self.require(Capability::PTY, "create")?;
+        match self.call(Request::Create(Create { pane, spec })).await? {
+            Response::Created(c) => Ok(c),
+            other => Err(unexpected("create", &other)),
+        }
+    }
+
+    /// Attaches this connection to `pane`'s PTY. Never spawns (rule B).
+    ///
+    /// `expect`: the PTY the caller believes the pane has (after a reconnect), or `None` for
+    /// whatever is live. `resume_from`: output offset to replay from (`Some(0)` replays everything
+    /// the agent still holds; `None` delivers only new output).
+    ///
+    /// # Errors
+    /// [`Error::Agent`] with `NotFound` (no such pane), `Ended` (its PTY is gone; exit status
+    /// and reason included) or `Mismatch` (not the expected PTY); [`Error::ConnectionLost`].
+    pub async fn attach(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume_from: Option<u64>,
+    ) -> Result<PaneHandle, Error> {
+        self.require(Capability::PTY, "attach")?;
+        let credit = self.inner.welcome.has(Capability::CREDIT);
+        let window = u64::from(self.inner.welcome.limits.window);
+        let shared = &self.inner.shared;
+        let (sink, queue) = PaneSink::new(shared.next_sink_id(), queue_cap(window, credit));
+        let sink_id = sink.id;
+        let (tx, rx) = oneshot::channel();
+        let id = shared.next_id();
+        shared.register(id, Pending::Attach(tx, sink))?;
+        let req = Request::Attach(Attach {
+            pane,
+            expect,
+            resume_from,
+        });
+        self.send(id, req).await?;
+        match rx.await.unwrap_or_else(|_| Err(shared.lost()))? {
+            Response::Attached(attached) => Ok(PaneHandle::new(
+                attached,
+                queue,
+                sink_id,
+                credit,
+                window,
+                shared.clone(),
+                self.inner.requests.downgrade(),
+            )),
+            other => Err(unexpected("attach", &other)),
+        }
+    }
+
+    /// Writes `data` to the PTY of `binding` (keystrokes, pastes). Large inputs are split into
+    /// several requests, sent back to back.
+    ///
+    /// # Errors
+    /// [`Error::Agent`] with `Mismatch` when the pane has another PTY now (rule C) or `Ended`;
+    /// [`Error::ConnectionLost`].
+    pub async fn input(&self, binding: &Binding, data: &[u8]) -> Result<(), Error> {
+        self.require(Capability::PTY, "input")?;
+        let mut replies = Vec::new();
+        for chunk in data.chunks(MAX_OUTPUT_CHUNK).chain(
+            // An empty input still names the binding (a cheap fencing probe).
+            data.is_empty().then_some(&[][..]),
+        ) {
+            let req = Request::Input(Input {
+                binding: binding.clone(),
+                data: chunk.to_vec(),
+            });
+            let (id, rx) = self.register()?;
+            self.send(id, req).await?;
+            replies.push(rx);
+        }
+        for rx in replies {
+            let resp = rx.await.unwrap_or_else(|_| Err(self.inner.shared.lost()))?;
+            done("input", resp)?;
+        }
+        Ok(())
+    }
+
+    /// Resizes the PTY of `binding`.
+    ///
+    /// # Errors
+    /// As [`Session::input`].
+    pub async fn resize(&self, binding: &Binding, size: TermSize) -> Result<(), Error> {
+        self.require(Capability::PTY, "resize")?;
+        let req = Request::Resize(Resize {
+            binding: binding.clone(),
+            size,
+        });
+        done("resize", self.call(req).await?)
+    }
+
+    /// Sends signal number `signal` (Linux numbering, e.g. 2 = SIGINT) to the PTY's foreground
+    /// process group.
+    ///
+    /// # Errors
+    /// As [`Session::input`]; `BadRequest` for an invalid signal.
+    pub async fn signal(&self, binding: &Binding, signal: i32) -> Result<(), Error> {
+        self.require(Capability::PTY, "signal")?;
+        let req = Request::Signal(Signal {
+            binding: binding.clone(),
+            signal,
+        });
+        done("signal", self.call(req).await?)
+    }
+
+    /// Ends the PTY of exactly `binding` (SIGHUP to its process group, SIGKILL after 3 s). An
+    /// attached handle then receives [`PaneEvent::Exited`](crate::PaneEvent::Exited).
+    ///
+    /// # Errors
+    /// As [`Session::input`].
+    pub async fn kill(&self, binding: &Binding) -> Result<(), Error> {
+        self.require(Capability::PTY, "kill")?;
+        let req = Request::Kill(Kill {
+            binding: binding.clone(),
+        });
+        done("kill", self.call(req).await?)
+    }
+
+    /// Stops this connection's subscription to `binding`; the PTY keeps running. The pane's
+    /// handle stream ends.
+    ///
+    /// # Errors
+    /// As [`Session::input`].
+    pub async fn detach(&self, binding: &Binding) -> Result<(), Error> {
+        self.require(Capability::PTY, "detach")?;
+        let req = Request::Detach(Detach {
+            binding: binding.clone(),
+        });
+        let result = self.call(req).await;
+        self.inner.shared.end_pane(binding.pty);
+        done("detach", result?)
+    }
+
+    /// Exempts the lease of `binding` from lifecycle expiry (`protected: true`) or takes the
+    /// exemption back.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the agent lacks the `protect` capability (nothing is sent);
+    /// otherwise as [`Session::input`].
+    pub async fn protect(&self, binding: &Binding, protected: bool) -> Result<(), Error> {
+        self.require(Capability::PROTECT, "protect")?;
+        let req = Request::Protect(Protect {
+            binding: binding.clone(),
+            protected,
+        });
+        done("protect", self.call(req).await?)
+    }
+
+    /// Every lease the agent knows, including ended and superseded ones. Never creates anything.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`]; [`Error::Unsupported`] without the `pty` capability.
+    pub async fn list_leases(&self) -> Result<Vec<LeaseInfo>, Error> {
+        self.require(Capability::PTY, "list leases")?;
+        match self.call(Request::ListLeases(ListLeases {})).await? {
+            Response::Leases(l) => Ok(l.leases),
+            other => Err(unexpected("list leases", &other)),
+        }
+    }
+
+    /// The agent's status: version, incarnation, pid, uptime, lease counts, connections.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without the `status` capability; [`Error::ConnectionLost`].
+    pub async fn status(&self) -> Result<Status, Error> {
+        self.require(Capability::STATUS, "status")?;
+        match self.call(Request::Status(StatusRequest {})).await? {
+            Response::StatusReply(s) => Ok(s),
+            other => Err(unexpected("status", &other)),
+        }
+    }
+
+    /// Round trip to the agent; returns the time it took.
+    ///
+    /// # Errors
+    /// [`Error::ConnectionLost`]; [`Error::UnexpectedReply`] for a wrong nonce.
+    pub async fn ping(&self) -> Result<Duration, Error> {
+        let start = Instant::now();
+        let nonce = self.inner.shared.next_id();
+        match self.call(Request::Ping(Ping { nonce })).await? {
+            Response::Pong(p) if p.nonce == nonce => Ok(start.elapsed()),
+            other => Err(unexpected("ping", &other)),
+        }
+    }
+
+    fn require(&self, cap: &str, what: &str) -> Result<(), Error> {
+        if self.inner.welcome.has(cap) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported(format!(
+                "{what} (capability \"{cap}\", agent {})",
+                self.inner.welcome.agent_version
+            )))
+        }
+    }
+
+    fn register(&self) -> Result<(u64, oneshot::Receiver<Result<Response, Error>>), Error> {
+        let (tx, rx) = oneshot::channel();
+        let id = self.inner.shared.next_id();
+        self.inner.shared.register(id, Pending::Reply(tx))?;
+        Ok((id, rx))
+    }
+
+    async fn call(&self, req: Request) -> Result<Response, Error> {
+        let (id, rx) = self.register()?;
+        self.send(id, req).await?;
+        rx.await.unwrap_or_else(|_| Err(self.inner.shared.lost()))
+    }
+
+    async fn send(&self, id: u64, req: Request) -> Result<(), Error> {
+        let op = req.op();
+        let bytes = Bytes::from(Message::Request(id, req).to_bytes());
+        if bytes.len() > self.inner.max_frame {
+            self.inner.shared.unregister(id);
+            return Err(relay_protocol::ErrorReply::LimitExceeded {
+                what: format!("{op:?} request of {} bytes", bytes.len()),
+                limit: self.inner.max_frame as u64,
+            }
+            .into());
+        }
+        if self.inner.requests.send(bytes).await.is_err() {
+            self.inner.shared.unregister(id);
+            return Err(self.inner.shared.lost());
+        }
+        Ok(())
+    }
+}
+
+fn done(what: &str, resp: Response) -> Result<(), Error> {
+    match resp {
+        Response::Done(_) => Ok(()),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+fn unexpected(what: &str, resp: &Response) -> Error {
+    Error::UnexpectedReply(format!("{:?} in answer to {what}", resp.op()))
+}
+
+#[cfg(test)]
+mod tests;

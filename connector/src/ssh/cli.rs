@@ -1,0 +1,110 @@
+//! SSH command-line flags shared by `relay` and `relayctl`, and the terminal side of the SSH
+//! transport: the passphrase prompt on `/dev/tty` and the deploy progress line on stderr.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use super::auth::PassphraseCallback;
+use super::deploy::{DeployEvent, ProgressCallback};
+use super::known_hosts::HostKeyPolicy;
+use super::transport::SshOptions;
+
+/// SSH flags (flatten into a clap command with `#[command(flatten)]`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct SshArgs {
+    /// Trust and record an unknown host key (like `StrictHostKeyChecking=accept-new`); a changed
+    /// key is still refused.
+    #[arg(long, global = true)]
+    pub accept_new: bool,
+    /// ssh_config file to read instead of ~/.ssh/config (like `ssh -F`).
+    #[arg(short = 'F', long = "ssh-config", value_name = "FILE", global = true)]
+    pub ssh_config: Option<PathBuf>,
+    /// Private key file to try before the configured ones (like `ssh -i`); repeatable.
+    #[arg(short = 'i', long = "identity", value_name = "FILE", global = true)]
+    pub identity: Vec<PathBuf>,
+    /// SSH port (like `ssh -p`; `user@host:port` works too).
+    #[arg(long = "port", value_name = "PORT", global = true)]
+    pub port: Option<u16>,
+}
+
+impl SshArgs {
+    /// Transport options for `destination` with these flags, a passphrase prompt on the terminal
+    /// and a deploy progress line on stderr.
+    pub fn options(&self, destination: &str) -> SshOptions {
+        let mut opts = SshOptions {
+            destination: destination.to_string(),
+            host_key_policy: self.accept_new.then_some(HostKeyPolicy::AcceptNew),
+            progress: Some(stderr_progress(destination)),
+            ..SshOptions::default()
+        };
+        opts.resolve.config_file = self.ssh_config.clone();
+        opts.resolve.port = self.port;
+        opts.auth.identities = self
+            .identity
+            .iter()
+            .map(|p| super::config::expand_tilde(&p.to_string_lossy()))
+            .collect();
+        opts.auth.passphrase = Some(tty_passphrase());
+        opts
+    }
+}
+
+/// Asks for a key's passphrase on `/dev/tty` (so it works while stdin/stdout are redirected).
+/// Returns `None` (skip the key) when there is no terminal or the answer is empty.
+pub fn tty_passphrase() -> PassphraseCallback {
+    Arc::new(|path, attempt| {
+        let prompt = if attempt == 1 {
+            format!("Enter passphrase for key '{}': ", path.display())
+        } else {
+            format!("Wrong passphrase; try again for key '{}': ", path.display())
+        };
+        rpassword::prompt_password(prompt)
+            .ok()
+            .filter(|p| !p.is_empty())
+    })
+}
+
+/// Shows deploy progress on stderr: a `\r`-updated line on a terminal, one line per step
+/// otherwise.
+pub fn stderr_progress(destination: &str) -> ProgressCallback {
+    let tty = std::io::stderr().is_terminal();
+    let dest = destination.to_string();
+    let last_percent = Mutex::new(None::<u64>);
+    Arc::new(move |ev: &DeployEvent| {
+        let mut err = std::io::stderr().lock();
+        match ev {
+            DeployEvent::Uploading { sent, total } => {
+                let percent = sent * 100 / (*total).max(1);
+                let mut last = last_percent.lock().unwrap_or_else(|e| e.into_inner());
+                if *last == Some(percent) {
+                    return;
+                }
+                *last = Some(percent);
+                let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+                if tty {
+                    let _ = write!(
+                        err,
+                        "\rrelay: deploying the agent to {dest}: {percent:3}% ({:.1}/{:.1} MiB)",
+                        mib(*sent),
+                        mib(*total)
+                    );
+                    let _ = err.flush();
+                } else if *sent == 0 {
+                    let _ = writeln!(
+                        err,
+                        "relay: deploying the agent to {dest} ({:.1} MiB)",
+                        mib(*total)
+                    );
+                }
+            }
+            DeployEvent::Installed { path } => {
+                if tty {
+                    let _ = writeln!(err);
+                }
+                let _ = writeln!(err, "relay: installed {path} on {dest}");
+            }
+            DeployEvent::Probed { .. } | DeployEvent::AlreadyPresent { .. } => {}
+        }
+    })
+}

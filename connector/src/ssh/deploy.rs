@@ -1,0 +1,454 @@
+//! Auto-deploy of `relay-agent` to a host over exec channels.
+//!
+//! 1. **Probe** (one exec): `uname -sm` after a sentinel line (login shells may print banners,
+//!    motd or `.bashrc` noise first), plus the sha256 of every `~/.relay/bin/relay-agent-<version>-*`.
+//! 2. Map the platform to a Rust target (`Linux x86_64` → `x86_64-unknown-linux-gnu`) and find the
+//!    local agent binary for it ([`AgentSource`]). Its sha256 names the remote file:
+//!    `~/.relay/bin/relay-agent-<connector version>-<first 16 hex digits of sha256>`.
+//! 3. If that file exists with the right hash: use it. Otherwise (absent, or corrupt) **upload**
+//!    (one exec): write to a unique temp name in the same directory, hash it on the host, and only
+//!    if the hash matches `chmod 700` and `mv -f` it over the final name (atomic rename; two
+//!    connectors deploying at once each write their own temp file and the last rename wins with
+//!    identical content). Stale temp files older than an hour are removed.
+//! 4. The bridge command verifies the hash again right before `exec`, so an unverified binary is
+//!    never executed, and it never stops or replaces a running daemon: the bridge connects to
+//!    whatever daemon answers on the version-independent socket and Hello/Welcome negotiates.
+//!
+//! # Where the agent binary comes from ([`AgentSource::Default`])
+//!
+//! For the host's target: `$RELAY_AGENT_DIR/relay-agent-<target>`; then, if the target is the
+//! connector machine's own: `$RELAY_AGENT_BIN`, `relay-agent` next to the current executable, and
+//! one directory up (cargo puts test binaries in `target/debug/deps`); finally
+//! `relay-agent-<target>` next to the current executable.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use russh::client::Handle;
+use sha2::{Digest, Sha256};
+
+use super::exec::{self, after_sentinel, sh_command, sh_quote};
+use super::handler::ClientHandler;
+use crate::Error;
+
+/// Connector version; deployed agents are named after it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Where to find agent binaries for a host's target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AgentSource {
+    /// The search described in the module documentation.
+    #[default]
+    Default,
+    /// A directory with `relay-agent-<target>` files (for the local target, a plain
+    /// `relay-agent` there is used too).
+    Dir(PathBuf),
+    /// One binary, usable only for hosts of the connector machine's own target.
+    File(PathBuf),
+}
+
+/// A deploy step the caller may show (a progress bar, a log line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeployEvent {
+    /// The host's platform was detected.
+    Probed {
+        /// `uname -sm` output, e.g. `Linux x86_64`.
+        platform: String,
+        /// Rust target, e.g. `x86_64-unknown-linux-gnu`.
+        target: String,
+    },
+    /// A verified agent binary is already installed; nothing is uploaded.
+    AlreadyPresent {
+        /// Remote path (with `~`).
+        path: String,
+    },
+    /// Upload progress, in bytes.
+    Uploading {
+        /// Bytes sent so far.
+        sent: u64,
+        /// Size of the binary.
+        total: u64,
+    },
+    /// The binary was uploaded, verified and renamed into place.
+    Installed {
+        /// Remote path (with `~`).
+        path: String,
+    },
+}
+
+/// Receives [`DeployEvent`]s. Called on the connecting task: keep it quick.
+pub type ProgressCallback = Arc<dyn Fn(&DeployEvent) + Send + Sync>;
+
+/// What a deploy did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeployReport {
+    /// `uname -sm` output.
+    pub platform: String,
+    /// Rust target of the host.
+    pub target: String,
+    /// Remote path of the agent, relative to the remote home (`.relay/bin/...`).
+    pub remote_path: String,
+    /// Full sha256 of the agent binary (hex).
+    pub sha256: String,
+    /// Whether the binary was uploaded (false: it was already present and verified).
+    pub uploaded: bool,
+    /// Whether an existing file with the right name but a wrong hash was replaced.
+    pub replaced_corrupt: bool,
+    /// Bytes uploaded (0 when nothing was uploaded).
+    pub bytes: u64,
+    /// Time the deploy took (probe and upload).
+    pub elapsed: Duration,
+}
+
+/// The Rust target for a `uname -s` / `uname -m` pair, if relay knows it.
+pub fn target_for(os: &str, machine: &str) -> Option<&'static str> {
+    Some(match (os, machine) {
+        ("Linux", "x86_64" | "amd64") => "x86_64-unknown-linux-gnu",
+        ("Linux", "aarch64" | "arm64") => "aarch64-unknown-linux-gnu",
+        ("Darwin", "x86_64") => "x86_64-apple-darwin",
+        ("Darwin", "arm64" | "aarch64") => "aarch64-apple-darwin",
+        _ => return None,
+    })
+}
+
+/// The target of the machine the connector runs on.
+pub fn local_target() -> Option<&'static str> {
+    let os = match std::env::consts::OS {
+        "linux" => "Linux",
+        "macos" => "Darwin",
+        other => other,
+    };
+    target_for(os, std::env::consts::ARCH)
+}
+
+impl AgentSource {
+    /// Finds the local agent binary for `target`.
+    ///
+    /// # Errors
+    /// [`Error::Deploy`] listing the places searched when no binary exists for `target`.
+    pub fn find(&self, target: &str) -> Result<PathBuf, Error> {
+        let is_local = local_target() == Some(target);
+        let named = format!("relay-agent-{target}");
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        match self {
+            AgentSource::File(p) => {
+                if !is_local {
+                    return Err(Error::Deploy(format!(
+                        "the host needs an agent for {target}, but the configured agent binary \
+                         {} is for this machine ({}); configure a directory with \
+                         relay-agent-{target} in it",
+                        p.display(),
+                        local_target().unwrap_or("unknown")
+                    )));
+                }
+                candidates.push(p.clone());
+            }
+            AgentSource::Dir(d) => {
+                candidates.push(d.join(&named));
+                if is_local {
+                    candidates.push(d.join("relay-agent"));
+                }
+            }
+            AgentSource::Default => {
+                if let Some(d) = std::env::var_os("RELAY_AGENT_DIR") {
+                    candidates.push(PathBuf::from(d).join(&named));
+                }
+                let exe_dir = std::env::current_exe()
+                    .ok()
+                    .and_then(|e| e.parent().map(Path::to_path_buf));
+                if is_local {
+                    if let Some(p) = std::env::var_os("RELAY_AGENT_BIN") {
+                        candidates.push(PathBuf::from(p));
+                    }
+                    if let Some(d) = &exe_dir {
+                        candidates.push(d.join("relay-agent"));
+                        if let Some(up) = d.parent() {
+                            candidates.push(up.join("relay-agent"));
+                        }
+                    }
+                }
+                if let Some(d) = &exe_dir {
+                    candidates.push(d.join(&named));
+                }
+            }
+        }
+        if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+            return Ok(found.clone());
+        }
+        Err(Error::Deploy(format!(
+            "no relay-agent binary for {target} (looked at {}); build one for that target and \
+             put it at one of those paths, or set RELAY_AGENT_DIR to a directory holding \
+             relay-agent-{target}",
+            candidates
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+    }
+}
+
+/// A local agent binary, read and hashed.
+struct LocalAgent {
+    bytes: Vec<u8>,
+    sha256: String,
+    /// File name on the host: `relay-agent-<version>-<16 hex>`.
+    name: String,
+}
+
+impl LocalAgent {
+    async fn load(path: &Path) -> Result<Self, Error> {
+        let bytes = tokio::fs::read(path).await.map_err(|e| {
+            Error::Deploy(format!("cannot read agent binary {}: {e}", path.display()))
+        })?;
+        let (bytes, sha256) = tokio::task::spawn_blocking(move || {
+            let hash = hex::encode(Sha256::digest(&bytes));
+            (bytes, hash)
+        })
+        .await
+        .map_err(|e| Error::Deploy(format!("hashing the agent binary failed: {e}")))?;
+        let name = format!("relay-agent-{VERSION}-{}", &sha256[..16]);
+        Ok(LocalAgent {
+            bytes,
+            sha256,
+            name,
+        })
+    }
+}
+
+/// A deployed, verified agent on the host.
+#[derive(Debug, Clone)]
+pub(crate) struct Deployed {
+    /// File name under `~/.relay/bin`.
+    pub(crate) name: String,
+    /// Its sha256.
+    pub(crate) sha256: String,
+    /// What was done.
+    pub(crate) report: DeployReport,
+}
+
+fn sentinel() -> String {
+    format!("RELAY-SENTINEL-{:016x}", rand::rng().random::<u64>())
+}
+
+/// Shell snippet printing `<sha256>` of file `$1`-style argument (sha256sum or shasum).
+fn hash_of(var: &str) -> String {
+    format!("$( (sha256sum \"{var}\" 2>/dev/null || shasum -a 256 \"{var}\") | cut -d' ' -f1)")
+}
+
+/// Makes sure a verified agent is installed on the host; uploads it when needed.
+///
+/// # Errors
+/// [`Error::Deploy`] for an unsupported platform, a missing local binary, or a failed upload or
+/// verification; [`Error::Ssh`] when the connection fails meanwhile.
+pub(crate) async fn ensure_agent(
+    handle: &Handle<ClientHandler>,
+    source: &AgentSource,
+    progress: Option<&ProgressCallback>,
+) -> Result<Deployed, Error> {
+    let started = Instant::now();
+    let emit = |ev: DeployEvent| {
+        if let Some(cb) = progress {
+            cb(&ev);
+        }
+    };
+
+    // 1. Probe.
+    let mark = sentinel();
+    let probe = format!(
+        "echo {mark}; uname -sm; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
+         [ -f \"$f\" ] && echo \"{h} $f\"; done; exit 0",
+        h = hash_of("$f"),
+    );
+    let out = exec::run(handle, &sh_command(&probe), None, &mut |_, _| {}).await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let Some(answer) = after_sentinel(&stdout, &mark) else {
+        return Err(Error::Deploy(format!(
+            "the host did not run the probe command (exit {:?}; stderr: {:?}); is `sh` \
+             available and does the login shell allow running commands?",
+            out.status,
+            out.stderr_text()
+        )));
+    };
+    let mut lines = answer.lines();
+    let platform = lines.next().unwrap_or_default().trim().to_string();
+    let mut parts = platform.split_whitespace();
+    let (os, machine) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let Some(target) = target_for(os, machine) else {
+        return Err(Error::Deploy(format!(
+            "the host runs {platform:?}; relay has no agent build for that platform \
+             (supported: Linux x86_64/aarch64, macOS x86_64/arm64)"
+        )));
+    };
+    emit(DeployEvent::Probed {
+        platform: platform.clone(),
+        target: target.to_string(),
+    });
+
+    // 2. The local binary for that target.
+    let path = source.find(target)?;
+    let agent = LocalAgent::load(&path).await?;
+    let remote_path = format!(".relay/bin/{}", agent.name);
+    let mut report = DeployReport {
+        platform,
+        target: target.to_string(),
+        remote_path: remote_path.clone(),
+        sha256: agent.sha256.clone(),
+        uploaded: false,
+        replaced_corrupt: false,
+        bytes: 0,
+        elapsed: Duration::ZERO,
+    };
+
+    // 3. Present and verified?
+    let suffix = format!("/{}", agent.name);
+    let remote_hash = lines.find_map(|l| {
+        let (hash, file) = l.trim().split_once(' ')?;
+        file.ends_with(&suffix).then(|| hash.to_string())
+    });
+    match remote_hash {
+        Some(h) if h == agent.sha256 => {
+            emit(DeployEvent::AlreadyPresent {
+                path: format!("~/{remote_path}"),
+            });
+            report.elapsed = started.elapsed();
+            return Ok(Deployed {
+                name: agent.name,
+                sha256: agent.sha256,
+                report,
+            });
+        }
+        Some(h) => {
+            tracing::warn!(
+                file = %remote_path,
+                found = %h,
+                expected = %agent.sha256,
+                "deployed agent has the wrong sha256 (corrupt); replacing it"
+            );
+            report.replaced_corrupt = true;
+        }
+        None => {}
+    }
+
+    // 4. Upload to a unique temp name, verify, chmod, rename.
+    let mark = sentinel();
+    let tmp = format!(".{}.tmp.{:016x}", agent.name, rand::rng().random::<u64>());
+    let upload = format!(
+        "umask 077; d=\"$HOME/.relay/bin\"; t=\"$d\"/{tmp}; mkdir -p \"$d\" || exit 4; \
+         find \"$d\" -name '.relay-agent-*.tmp.*' -mmin +60 -exec rm -f {{}} + 2>/dev/null; \
+         cat > \"$t\" || {{ rm -f \"$t\"; exit 5; }}; h={h}; echo {mark}; echo \"$h\"; \
+         if [ \"$h\" = {expected} ]; then chmod 700 \"$t\" && mv -f \"$t\" \"$d\"/{name} || \
+         {{ rm -f \"$t\"; exit 6; }}; else rm -f \"$t\"; exit 3; fi",
+        tmp = sh_quote(&tmp),
+        h = hash_of("$t"),
+        expected = sh_quote(&agent.sha256),
+        name = sh_quote(&agent.name),
+    );
+    let total = agent.bytes.len() as u64;
+    let mut on_progress = |sent: u64, total: u64| emit(DeployEvent::Uploading { sent, total });
+    let out = exec::run(
+        handle,
+        &sh_command(&upload),
+        Some(&agent.bytes),
+        &mut on_progress,
+    )
+    .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let got = after_sentinel(&stdout, &mark)
+        .and_then(|s| s.lines().next())
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    match out.status {
+        Some(0) => {}
+        Some(3) => {
+            return Err(Error::Deploy(format!(
+                "uploaded agent has sha256 {got:?} on the host, expected {}; the transfer was \
+                 corrupted and the file was removed (nothing was executed)",
+                agent.sha256
+            )))
+        }
+        status => {
+            return Err(Error::Deploy(format!(
+                "installing the agent in ~/.relay/bin failed (exit {status:?}): {}; check the \
+                 disk space and permissions of ~/.relay on the host",
+                out.stderr_text()
+            )))
+        }
+    }
+    emit(DeployEvent::Installed {
+        path: format!("~/{remote_path}"),
+    });
+    report.uploaded = true;
+    report.bytes = total;
+    report.elapsed = started.elapsed();
+    Ok(Deployed {
+        name: agent.name,
+        sha256: agent.sha256,
+        report,
+    })
+}
+
+/// The command that runs the deployed agent's bridge: verify the hash, print `sentinel` on its
+/// own line (so shell noise before it can be skipped), then `exec` the bridge.
+pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str) -> String {
+    let script = format!(
+        "f=\"$HOME/.relay/bin\"/{name}; h={h}; if [ \"$h\" != {expected} ]; then \
+         echo \"relay: $f does not have the expected sha256; refusing to run it\" >&2; exit 97; \
+         fi; echo {sentinel}; exec \"$f\" bridge",
+        name = sh_quote(&deployed.name),
+        h = hash_of("$f"),
+        expected = sh_quote(&deployed.sha256),
+    );
+    sh_command(&script)
+}
+
+/// Makes a new random sentinel line for a bridge command.
+pub(crate) fn new_sentinel() -> String {
+    sentinel()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn platforms_map_to_targets() {
+        assert_eq!(
+            target_for("Linux", "x86_64"),
+            Some("x86_64-unknown-linux-gnu")
+        );
+        assert_eq!(
+            target_for("Linux", "aarch64"),
+            Some("aarch64-unknown-linux-gnu")
+        );
+        assert_eq!(target_for("FreeBSD", "amd64"), None);
+        assert!(local_target().is_some());
+    }
+
+    #[test]
+    fn missing_binaries_are_reported_with_the_places_searched() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = AgentSource::Dir(dir.path().to_path_buf())
+            .find("aarch64-unknown-linux-gnu")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("relay-agent-aarch64-unknown-linux-gnu"),
+            "{err}"
+        );
+        std::fs::write(
+            dir.path().join("relay-agent-aarch64-unknown-linux-gnu"),
+            b"x",
+        )
+        .unwrap();
+        assert!(AgentSource::Dir(dir.path().to_path_buf())
+            .find("aarch64-unknown-linux-gnu")
+            .is_ok());
+    }
+}

@@ -1,0 +1,94 @@
+//! The russh client handler: verifies the server's host key, and maps russh errors to
+//! [`Error`](crate::Error) kinds (transient network failures vs. host key/auth refusals).
+
+use std::path::PathBuf;
+
+use russh::keys::PublicKeyOrCertificate;
+
+use super::known_hosts::{self, HostKeyPolicy};
+use crate::Error;
+
+/// Error type of the russh session task: either russh's own, or our host key refusal (kept
+/// separate so that it is reported as [`Error::HostKey`] and not as a network failure).
+#[derive(Debug)]
+pub(crate) enum HandlerError {
+    /// russh failed (network, protocol, keepalive).
+    Russh(russh::Error),
+    /// The host key was refused; the message names the fingerprint or the file and line.
+    HostKey(String),
+}
+
+impl From<russh::Error> for HandlerError {
+    fn from(e: russh::Error) -> Self {
+        HandlerError::Russh(e)
+    }
+}
+
+impl HandlerError {
+    /// Converts to the connector's error, saying what was being done (`context`).
+    pub(crate) fn into_error(self, context: &str) -> Error {
+        match self {
+            HandlerError::HostKey(msg) => Error::HostKey(msg),
+            HandlerError::Russh(e) => russh_error(context, e),
+        }
+    }
+}
+
+/// Classifies a russh error: everything russh reports after the host key check is a network or
+/// protocol failure that a retry may fix, except a refused key type, which configuration must fix.
+pub(crate) fn russh_error(context: &str, e: russh::Error) -> Error {
+    match e {
+        russh::Error::NoCommonAlgo { .. } | russh::Error::UnknownAlgo => Error::Config(format!(
+            "{context}: no common algorithm with the server ({e}); the server's SSH \
+             configuration allows no algorithm relay supports"
+        )),
+        other => Error::Ssh(format!("{context}: {other}")),
+    }
+}
+
+/// The per-connection handler.
+pub(crate) struct ClientHandler {
+    /// Host name as used in known_hosts.
+    pub(crate) host: String,
+    /// Port as used in known_hosts.
+    pub(crate) port: u16,
+    /// known_hosts files to consult; the first receives accepted keys.
+    pub(crate) known_hosts: Vec<PathBuf>,
+    /// What to do with unknown keys.
+    pub(crate) policy: HostKeyPolicy,
+}
+
+impl russh::client::Handler for ClientHandler {
+    type Error = HandlerError;
+
+    async fn check_server_key(
+        &mut self,
+        server_public_key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        let key = match server_public_key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => key.clone(),
+            // Host certificates (@cert-authority) are not supported: check the certified key
+            // itself against known_hosts like a plain key.
+            PublicKeyOrCertificate::Certificate(cert) => {
+                russh::keys::PublicKey::from(cert.public_key().clone())
+            }
+        };
+        let (host, port, files, policy) = (
+            self.host.clone(),
+            self.port,
+            self.known_hosts.clone(),
+            self.policy,
+        );
+        // File IO: keep it off the async worker.
+        let verdict = tokio::task::spawn_blocking(move || {
+            known_hosts::verify(&host, port, &key, &files, policy)
+        })
+        .await
+        .map_err(|e| HandlerError::HostKey(format!("host key check failed: {e}")))?;
+        match verdict {
+            Ok(()) => Ok(true),
+            Err(Error::HostKey(msg)) => Err(HandlerError::HostKey(msg)),
+            Err(other) => Err(HandlerError::HostKey(other.to_string())),
+        }
+    }
+}

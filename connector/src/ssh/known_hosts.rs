@@ -1,0 +1,310 @@
+//! Host key verification against OpenSSH known_hosts files.
+//!
+//! Strict by default: an unknown key is refused with its SHA256 fingerprint and the way to accept
+//! it (`--accept-new`); a changed key is always refused, naming the file and line to fix.
+//!
+//! Entries are looked up with russh's known_hosts reader: plain and hashed (`|1|...`) host names,
+//! `[host]:port` for ports other than 22, comma-separated name lists. It does NOT understand
+//! wildcards, `!` negation, `@cert-authority`, `@revoked` or tab-separated fields: such lines never
+//! match (so the key is reported as unknown, never silently trusted).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use russh::keys::{HashAlg, PublicKey};
+
+use super::config::StrictHostKeyChecking;
+use crate::Error;
+
+/// What to do with a host key that is not in any known_hosts file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HostKeyPolicy {
+    /// Refuse unknown keys (the default; OpenSSH's `yes` and `ask`).
+    #[default]
+    Strict,
+    /// Record unknown keys in the first known_hosts file and connect (`accept-new`).
+    AcceptNew,
+    /// Connect without recording the key, logging a warning (`StrictHostKeyChecking no`).
+    AcceptUnrecorded,
+}
+
+impl HostKeyPolicy {
+    /// The policy `StrictHostKeyChecking` asks for. Changed keys are refused under every policy.
+    pub fn from_config(value: StrictHostKeyChecking) -> Self {
+        match value {
+            StrictHostKeyChecking::Yes | StrictHostKeyChecking::Ask => HostKeyPolicy::Strict,
+            StrictHostKeyChecking::AcceptNew => HostKeyPolicy::AcceptNew,
+            StrictHostKeyChecking::No => HostKeyPolicy::AcceptUnrecorded,
+        }
+    }
+}
+
+/// Where a known_hosts lookup found the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A line records exactly this key.
+    Known,
+    /// No line records a key of this type for the host.
+    Unknown,
+    /// A line records a different key of the same type for the host.
+    Changed {
+        /// The file.
+        file: PathBuf,
+        /// 1-based line number in that file.
+        line: usize,
+    },
+}
+
+/// The name known_hosts uses for `host` on `port`: `host` for 22, else `[host]:port`.
+pub fn host_entry_name(host: &str, port: u16) -> String {
+    if port == 22 {
+        host.to_string()
+    } else {
+        format!("[{host}]:{port}")
+    }
+}
+
+/// Looks `key` up for `host:port` in `files` (missing files count as empty).
+///
+/// A match in any file wins over a mismatch in another (like OpenSSH); otherwise the first
+/// mismatching line is reported.
+///
+/// # Errors
+/// [`Error::HostKey`] when a file cannot be read or a matching line holds an unparsable key.
+pub fn lookup(host: &str, port: u16, key: &PublicKey, files: &[PathBuf]) -> Result<Verdict, Error> {
+    let mut changed = None;
+    for file in files {
+        let entries =
+            russh::keys::known_hosts::known_host_keys_path(host, port, file).map_err(|e| {
+                Error::HostKey(format!(
+                    "cannot read known_hosts file {}: {e}; fix or remove the broken line",
+                    file.display()
+                ))
+            })?;
+        for (logical_line, recorded) in entries {
+            if recorded == *key {
+                return Ok(Verdict::Known);
+            }
+            if recorded.algorithm() == key.algorithm() && changed.is_none() {
+                changed = Some(Verdict::Changed {
+                    file: file.clone(),
+                    line: physical_line(file, logical_line),
+                });
+            }
+        }
+    }
+    Ok(changed.unwrap_or(Verdict::Unknown))
+}
+
+/// russh numbers known_hosts lines without counting `#` comment lines; map its number back to
+/// the line number an editor shows.
+fn physical_line(file: &Path, logical: usize) -> usize {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return logical;
+    };
+    text.split_inclusive('\n')
+        .enumerate()
+        .filter(|(_, l)| !l.starts_with('#'))
+        .nth(logical.saturating_sub(1))
+        .map(|(i, _)| i + 1)
+        .unwrap_or(logical)
+}
+
+/// `SHA256:...` fingerprint of a key, as `ssh-keygen -l` prints it.
+pub fn fingerprint(key: &PublicKey) -> String {
+    key.fingerprint(HashAlg::Sha256).to_string()
+}
+
+/// Checks a server's key under `policy`, recording it when the policy says so.
+///
+/// # Errors
+/// [`Error::HostKey`] for an unknown key under [`HostKeyPolicy::Strict`], for any changed key,
+/// and when `accept-new` cannot write the known_hosts file.
+pub fn verify(
+    host: &str,
+    port: u16,
+    key: &PublicKey,
+    files: &[PathBuf],
+    policy: HostKeyPolicy,
+) -> Result<(), Error> {
+    let name = host_entry_name(host, port);
+    let alg = key.algorithm();
+    match lookup(host, port, key, files)? {
+        Verdict::Known => Ok(()),
+        Verdict::Changed { file, line } => Err(Error::HostKey(format!(
+            "the {alg} host key of {name} has CHANGED: the server now presents {fp}, but {file} \
+             line {line} records a different key. Someone may be intercepting the connection, or \
+             the host was reinstalled. If you know why it changed, remove line {line} from {file} \
+             (ssh-keygen -R '{name}' -f {file}) and connect again with --accept-new",
+            fp = fingerprint(key),
+            file = file.display(),
+        ))),
+        Verdict::Unknown => match policy {
+            HostKeyPolicy::Strict => Err(Error::HostKey(format!(
+                "the {alg} host key of {name} is not known (fingerprint {fp}; looked in {files}). \
+                 Check the fingerprint with the host's administrator, then run again with \
+                 --accept-new to trust it (like StrictHostKeyChecking=accept-new)",
+                fp = fingerprint(key),
+                files = list_files(files),
+            ))),
+            HostKeyPolicy::AcceptUnrecorded => {
+                tracing::warn!(
+                    host = %name,
+                    fingerprint = %fingerprint(key),
+                    "StrictHostKeyChecking=no: accepting an unknown host key without recording it"
+                );
+                Ok(())
+            }
+            HostKeyPolicy::AcceptNew => {
+                let Some(file) = files.first() else {
+                    return Err(Error::HostKey(format!(
+                        "cannot accept the host key of {name}: no UserKnownHostsFile is configured"
+                    )));
+                };
+                record(&name, key, file)?;
+                tracing::info!(
+                    host = %name,
+                    fingerprint = %fingerprint(key),
+                    file = %file.display(),
+                    "accepted new host key"
+                );
+                Ok(())
+            }
+        },
+    }
+}
+
+fn list_files(files: &[PathBuf]) -> String {
+    if files.is_empty() {
+        return "no known_hosts file".to_string();
+    }
+    files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Appends `name key` to `file`, creating its directory (0700) and the file (0600) if needed.
+fn record(name: &str, key: &PublicKey, file: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let fail = |e: std::io::Error| {
+        Error::HostKey(format!(
+            "cannot record the host key of {name} in {}: {e}",
+            file.display()
+        ))
+    };
+    if let Some(dir) = file.parent() {
+        if !dir.as_os_str().is_empty() && !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(fail)?;
+        }
+    }
+    let encoded = key
+        .to_openssh()
+        .map_err(|e| fail(std::io::Error::other(e)))?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(fail)?;
+    let len = f.metadata().map_err(fail)?.len();
+    let needs_newline = len > 0 && {
+        let text = std::fs::read(file).map_err(fail)?;
+        text.last() != Some(&b'\n')
+    };
+    let mut line = String::new();
+    if needs_newline {
+        line.push('\n');
+    }
+    // `to_openssh` gives "alg base64 comment"; known_hosts wants "name alg base64".
+    let mut parts = encoded.split_whitespace();
+    let (alg, b64) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    line.push_str(&format!("{name} {alg} {b64}\n"));
+    f.write_all(line.as_bytes()).map_err(fail)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY_A: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHdUMi6vzviruIGWo/YjefQSSwxMWW+WQQZi3li2AviZ";
+    const KEY_B: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKB2hs6uWZtbVlIrwGQ7NUFo29Pt9cBL4oXczUQTKXVg";
+
+    fn key(s: &str) -> PublicKey {
+        PublicKey::from_openssh(s).unwrap()
+    }
+
+    #[test]
+    fn known_unknown_and_changed_keys_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known_hosts");
+        std::fs::write(
+            &file,
+            format!("# a comment\n\n[h]:2222 {KEY_A}\nother {KEY_B}\n"),
+        )
+        .unwrap();
+        let files = [file.clone()];
+        assert_eq!(
+            lookup("h", 2222, &key(KEY_A), &files).unwrap(),
+            Verdict::Known
+        );
+        assert_eq!(
+            lookup("h", 22, &key(KEY_A), &files).unwrap(),
+            Verdict::Unknown
+        );
+        assert_eq!(
+            lookup("h", 2222, &key(KEY_B), &files).unwrap(),
+            Verdict::Changed { file, line: 3 }
+        );
+    }
+
+    #[test]
+    fn strict_refuses_unknown_with_fingerprint_and_accept_new_records_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sub/known_hosts");
+        let files = [file.clone()];
+        let err = verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Strict).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(&fingerprint(&key(KEY_A))), "{msg}");
+        assert!(msg.contains("--accept-new"), "{msg}");
+        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::AcceptNew).unwrap();
+        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Strict).unwrap();
+        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::AcceptNew).unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        // A changed key is refused even under accept-new, naming file and line.
+        let err = verify("h", 2222, &key(KEY_B), &files, HostKeyPolicy::AcceptNew).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("CHANGED") && msg.contains("line 1"), "{msg}");
+        assert!(msg.contains(&file.display().to_string()), "{msg}");
+    }
+
+    #[test]
+    fn accept_unrecorded_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known_hosts");
+        verify(
+            "h",
+            22,
+            &key(KEY_A),
+            std::slice::from_ref(&file),
+            HostKeyPolicy::AcceptUnrecorded,
+        )
+        .unwrap();
+        assert!(!file.exists());
+    }
+}

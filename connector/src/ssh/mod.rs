@@ -1,0 +1,38 @@
+//! The SSH transport: reach a host's agent the way a user's own `ssh` would.
+//!
+//! # Layout
+//!
+//! - [`config`]: destination → [`HostConfig`] via `ssh -G` (or the `ssh2-config` parser).
+//! - [`known_hosts`]: strict host key checking, `accept-new`.
+//! - [`auth`]: ssh-agent, identity files, passphrase callback.
+//! - `connect`: TCP / `ProxyCommand` / `ProxyJump`, key exchange, authentication.
+//! - [`deploy`]: platform probe, agent upload with hash verification, the bridge command.
+//! - `bridge`: the bridge's exec channel as a byte reader (skips shell noise, logs stderr).
+//! - `exec`: one remote command with output and exit status (deploy steps).
+//! - [`cli`]: `--accept-new`, `-F`, `-i`, `--port` for the binaries, passphrase prompt, progress line.
+//! - [`transport`]: [`SshTransport`], the [`Transport`](crate::transport::Transport) over all of it.
+//!
+//! One [`Transport::open`](crate::transport::Transport::open) = one SSH connection and one exec
+//! channel; the session layer puts every workspace and pane of the host on it.
+//!
+//! Error kinds: [`Error::HostKey`](crate::Error::HostKey), [`Error::Auth`](crate::Error::Auth) and
+//! [`Error::Config`](crate::Error::Config) cannot be fixed by retrying;
+//! [`Error::Ssh`](crate::Error::Ssh) (network, timeouts, keepalive) can.
+
+pub mod auth;
+mod bridge;
+pub mod cli;
+pub mod config;
+mod connect;
+pub mod deploy;
+mod exec;
+mod handler;
+pub mod known_hosts;
+pub mod transport;
+
+pub use auth::{AuthOptions, PassphraseCallback};
+pub use config::{HostConfig, ResolveOptions, StrictHostKeyChecking};
+pub use connect::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_MAX};
+pub use deploy::{AgentSource, DeployEvent, DeployReport, ProgressCallback};
+pub use known_hosts::HostKeyPolicy;
+pub use transport::{SshOptions, SshTransport};

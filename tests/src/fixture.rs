@@ -1,0 +1,402 @@
+//! Containerized SSH hosts for integration tests.
+//!
+//! The image is built locally by `deploy/fixtures/build-images.sh` (no registry): [`ensure_image`]
+//! runs it once per test process (behind a lock; the script also holds its own `flock`, so
+//! parallel test binaries do not race) and reads the key material it leaves in the fixture dir
+//! (`$RELAY_FIXTURE_DIR`, default `target/fixtures`).
+//!
+//! [`SshHost::start`] runs one container from that image (never pulling) with sshd's port 22
+//! mapped to a fixed host port picked up front, so the port survives `restart()` and
+//! `network_connect()`. Each host also gets a private temp HOME with `.ssh/` for known_hosts and
+//! ssh_config files, so tests never touch the real user's files.
+//!
+//! Faults for later tests: [`SshHost::pause`] (host frozen, TCP still up), [`SshHost::network_disconnect`]
+//! (partition), [`SshHost::restart`] (agent and PTYs really gone). The docker CLI is used for
+//! `exec` (as any user) and for network faults.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use testcontainers::core::{IntoContainerPort, WaitFor};
+use testcontainers::runners::AsyncRunner;
+use testcontainers::{ContainerAsync, GenericImage, ImageExt};
+use tokio::io::AsyncReadExt;
+
+/// The user the image authorizes the client key for.
+pub const USER: &str = "relay";
+
+/// Files produced by `build-images.sh`.
+#[derive(Debug, Clone)]
+pub struct FixtureFiles {
+    /// Image reference, `relay-test/sshd:<tag>`.
+    pub image: String,
+    /// Client private key authorized for [`USER`].
+    pub client_key: PathBuf,
+    /// The image's ed25519 host key, `ssh-ed25519 AAAA...`.
+    pub host_key: String,
+}
+
+/// The repository root (parent of the `tests` crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests crate has a parent dir")
+        .to_path_buf()
+}
+
+/// `$RELAY_FIXTURE_DIR`, default `<repo>/target/fixtures`.
+pub fn fixture_dir() -> PathBuf {
+    std::env::var_os("RELAY_FIXTURE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/fixtures"))
+}
+
+/// Builds the fixture image if needed (once per process) and returns its files.
+///
+/// # Errors
+/// When the build script fails (its stderr is included) or its output files are missing.
+pub fn ensure_image() -> Result<FixtureFiles> {
+    static ONCE: OnceLock<Mutex<Option<FixtureFiles>>> = OnceLock::new();
+    let lock = ONCE.get_or_init(|| Mutex::new(None));
+    let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(files) = done.as_ref() {
+        return Ok(files.clone());
+    }
+    let script = repo_root().join("deploy/fixtures/build-images.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed ({}): {}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dir = fixture_dir();
+    let read = |name: &str| -> Result<String> {
+        let p = dir.join(name);
+        Ok(std::fs::read_to_string(&p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .trim()
+            .to_string())
+    };
+    let files = FixtureFiles {
+        image: read("image")?,
+        client_key: dir.join("id_ed25519"),
+        host_key: read("host_ed25519.pub")?,
+    };
+    if !files.client_key.is_file() {
+        bail!(
+            "{} is missing after the image build",
+            files.client_key.display()
+        );
+    }
+    *done = Some(files.clone());
+    Ok(files)
+}
+
+/// Output of a command run in a container.
+#[derive(Debug, Clone)]
+pub struct ExecOut {
+    /// Exit code.
+    pub code: i32,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl ExecOut {
+    /// Standard output, trimmed.
+    pub fn out(&self) -> &str {
+        self.stdout.trim()
+    }
+}
+
+/// One running sshd container.
+pub struct SshHost {
+    container: ContainerAsync<GenericImage>,
+    files: FixtureFiles,
+    port: u16,
+    home: tempfile::TempDir,
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+async fn docker(args: &[&str]) -> Result<ExecOut> {
+    let out = tokio::process::Command::new("docker")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("running docker {}", args.join(" ")))?;
+    Ok(ExecOut {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+async fn docker_ok(args: &[&str]) -> Result<ExecOut> {
+    let out = docker(args).await?;
+    if out.code != 0 {
+        bail!("docker {} failed: {}", args.join(" "), out.stderr.trim());
+    }
+    Ok(out)
+}
+
+impl SshHost {
+    /// Starts a host from the fixture image (building it first if needed) and waits until sshd
+    /// answers with its SSH banner.
+    ///
+    /// # Errors
+    /// When the image cannot be built or the container does not come up.
+    pub async fn start() -> Result<SshHost> {
+        let files = tokio::task::spawn_blocking(ensure_image).await??;
+        let (name, tag) = files
+            .image
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow!("image ref {:?} has no tag", files.image))?;
+        let mut last_err = None;
+        for _ in 0..3 {
+            let port = free_port()?;
+            let request = GenericImage::new(name, tag)
+                .with_wait_for(WaitFor::message_on_stderr("Server listening on"))
+                .with_mapped_port(port, 22.tcp())
+                .with_startup_timeout(Duration::from_secs(60));
+            match request.start().await {
+                Ok(container) => {
+                    let home = tempfile::tempdir()?;
+                    std::fs::create_dir_all(home.path().join(".ssh"))?;
+                    let host = SshHost {
+                        container,
+                        files: files.clone(),
+                        port,
+                        home,
+                    };
+                    host.wait_ssh(Duration::from_secs(30)).await?;
+                    return Ok(host);
+                }
+                // The port may have been taken between picking and binding: try another.
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(anyhow!(
+            "starting an sshd container from {} failed: {:?}",
+            files.image,
+            last_err
+        ))
+    }
+
+    /// Waits until the mapped port answers with an SSH banner.
+    async fn wait_ssh(&self, limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Ok(mut s)) = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio::net::TcpStream::connect(("127.0.0.1", self.port)),
+            )
+            .await
+            {
+                let mut buf = [0u8; 8];
+                if let Ok(Ok(n)) =
+                    tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await
+                {
+                    if buf[..n].starts_with(b"SSH-") {
+                        return Ok(());
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "sshd on 127.0.0.1:{} did not answer within {limit:?}",
+                    self.port
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Container id.
+    pub fn id(&self) -> &str {
+        self.container.id()
+    }
+
+    /// Remote user name.
+    pub fn user(&self) -> &str {
+        USER
+    }
+
+    /// Host address to connect to.
+    pub fn host(&self) -> &str {
+        "127.0.0.1"
+    }
+
+    /// Host port mapped to the container's sshd (stable across restarts).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `relay@127.0.0.1:PORT`.
+    pub fn destination(&self) -> String {
+        format!("{USER}@127.0.0.1:{}", self.port)
+    }
+
+    /// The client private key authorized on the host.
+    pub fn key_path(&self) -> &Path {
+        &self.files.client_key
+    }
+
+    /// The fixture files.
+    pub fn files(&self) -> &FixtureFiles {
+        &self.files
+    }
+
+    /// The known_hosts line for this host: `[127.0.0.1]:PORT ssh-ed25519 AAAA...`.
+    pub fn known_hosts_line(&self) -> String {
+        format!("[127.0.0.1]:{} {}", self.port, self.files.host_key)
+    }
+
+    /// Private temp HOME for this host's client files (has a `.ssh/` dir).
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// `HOME/.ssh/known_hosts`.
+    pub fn known_hosts_path(&self) -> PathBuf {
+        self.home().join(".ssh/known_hosts")
+    }
+
+    /// Writes `HOME/.ssh/known_hosts` with exactly this host's line and returns its path.
+    ///
+    /// # Errors
+    /// On IO failure.
+    pub fn write_known_hosts(&self) -> Result<PathBuf> {
+        let p = self.known_hosts_path();
+        std::fs::write(&p, format!("{}\n", self.known_hosts_line()))?;
+        Ok(p)
+    }
+
+    /// Writes `HOME/.ssh/config` with a `Host alias` block for this host (HostName, User, Port,
+    /// IdentityFile, UserKnownHostsFile) plus `extra` lines, and returns its path (pass it as
+    /// `-F`: OpenSSH reads the passwd home, not `$HOME`).
+    ///
+    /// # Errors
+    /// On IO failure.
+    pub fn write_ssh_config(&self, alias: &str, extra: &str) -> Result<PathBuf> {
+        let p = self.home().join(".ssh/config");
+        let text = format!(
+            "Host {alias}\n  HostName 127.0.0.1\n  User {USER}\n  Port {}\n  IdentityFile {}\n  \
+             UserKnownHostsFile {}\n{extra}",
+            self.port,
+            self.key_path().display(),
+            self.known_hosts_path().display(),
+        );
+        std::fs::write(&p, text)?;
+        Ok(p)
+    }
+
+    /// Runs `sh -c cmd` in the container as the `relay` user.
+    ///
+    /// # Errors
+    /// When docker cannot run it (a non-zero exit is reported in [`ExecOut::code`]).
+    pub async fn exec(&self, cmd: &str) -> Result<ExecOut> {
+        self.exec_as(USER, cmd).await
+    }
+
+    /// Runs `sh -c cmd` in the container as `user` (e.g. `"root"`).
+    ///
+    /// # Errors
+    /// When docker cannot run it.
+    pub async fn exec_as(&self, user: &str, cmd: &str) -> Result<ExecOut> {
+        docker(&["exec", "-u", user, self.id(), "sh", "-c", cmd]).await
+    }
+
+    /// Like [`SshHost::exec`] but fails on a non-zero exit.
+    ///
+    /// # Errors
+    /// When docker fails or the command exits non-zero.
+    pub async fn exec_ok(&self, cmd: &str) -> Result<ExecOut> {
+        let out = self.exec(cmd).await?;
+        if out.code != 0 {
+            bail!("`{cmd}` exited {}: {}{}", out.code, out.stdout, out.stderr);
+        }
+        Ok(out)
+    }
+
+    /// Freezes the container (`docker pause`): TCP stays up, nothing answers.
+    ///
+    /// # Errors
+    /// When docker fails.
+    pub async fn pause(&self) -> Result<()> {
+        self.container.pause().await?;
+        Ok(())
+    }
+
+    /// Resumes a paused container.
+    ///
+    /// # Errors
+    /// When docker fails.
+    pub async fn unpause(&self) -> Result<()> {
+        self.container.unpause().await?;
+        Ok(())
+    }
+
+    /// Detaches the container from docker's bridge network (a partition; note that docker-proxy
+    /// makes the client see EOF at once rather than silence).
+    ///
+    /// # Errors
+    /// When docker fails.
+    pub async fn network_disconnect(&self) -> Result<()> {
+        docker_ok(&["network", "disconnect", "bridge", self.id()]).await?;
+        Ok(())
+    }
+
+    /// Re-attaches the container to the bridge network and waits for sshd.
+    ///
+    /// # Errors
+    /// When docker fails or sshd does not answer again.
+    pub async fn network_connect(&self) -> Result<()> {
+        docker_ok(&["network", "connect", "bridge", self.id()]).await?;
+        self.wait_ssh(Duration::from_secs(30)).await
+    }
+
+    /// Restarts the container (every process, the agent and its PTYs included, is gone) and waits
+    /// for sshd on the same port.
+    ///
+    /// # Errors
+    /// When docker fails or sshd does not come back.
+    pub async fn restart(&self) -> Result<()> {
+        docker_ok(&["restart", "-t", "1", self.id()]).await?;
+        self.wait_ssh(Duration::from_secs(60)).await
+    }
+
+    /// The container's address on docker's bridge network (for jump host tests).
+    ///
+    /// # Errors
+    /// When docker fails.
+    pub async fn bridge_ip(&self) -> Result<String> {
+        let out =
+            docker_ok(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", self.id()]).await?;
+        Ok(out.out().to_string())
+    }
+}
+
+/// Two independent hosts (for isolation tests).
+///
+/// # Errors
+/// As [`SshHost::start`].
+pub async fn two_hosts() -> Result<(SshHost, SshHost)> {
+    let (a, b) = tokio::join!(SshHost::start(), SshHost::start());
+    Ok((a?, b?))
+}
