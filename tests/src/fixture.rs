@@ -20,6 +20,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use relay_connector::ssh::{AgentSource, SshOptions, SshTransport};
 use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
@@ -304,6 +305,73 @@ impl SshHost {
         );
         std::fs::write(&p, text)?;
         Ok(p)
+    }
+
+    /// Writes `HOME/.ssh/base_config`, an ssh_config isolating tests from the real user's files:
+    /// `UserKnownHostsFile` is [`SshHost::known_hosts_path`], OpenSSH's default keys are replaced
+    /// by a nonexistent file, ssh-agent keys are not offered (`IdentitiesOnly`). Returns its path.
+    ///
+    /// # Errors
+    /// On IO failure.
+    pub fn base_config(&self) -> Result<PathBuf> {
+        let p = self.home().join(".ssh/base_config");
+        std::fs::write(
+            &p,
+            format!(
+                "Host *\n  UserKnownHostsFile {}\n  IdentitiesOnly yes\n  IdentityFile {}\n",
+                self.known_hosts_path().display(),
+                self.home().join(".ssh/no-default-key").display()
+            ),
+        )?;
+        Ok(p)
+    }
+
+    /// SSH transport options for this host: [`SshHost::base_config`] as `-F`, the fixture key as
+    /// `-i`, no ssh-agent, `agent` as the agent binary. The host key is not trusted yet (see
+    /// [`SshHost::write_known_hosts`]).
+    ///
+    /// # Errors
+    /// On IO failure.
+    pub fn options(&self, agent: &Path) -> Result<SshOptions> {
+        let mut opts = SshOptions {
+            destination: self.destination(),
+            agent: AgentSource::File(agent.to_path_buf()),
+            ..SshOptions::default()
+        };
+        opts.resolve.config_file = Some(self.base_config()?);
+        opts.auth.identities = vec![self.key_path().to_path_buf()];
+        opts.auth.no_agent = true;
+        Ok(opts)
+    }
+
+    /// A transport to this host that trusts its host key, deploying `agent`.
+    ///
+    /// # Errors
+    /// On IO failure.
+    pub fn transport(&self, agent: &Path) -> Result<SshTransport> {
+        self.write_known_hosts()?;
+        Ok(SshTransport::new(self.options(agent)?))
+    }
+
+    /// OpenSSH's `ssh` to this host with the same isolated settings (`-F` base config, fixture key,
+    /// known host key, no ssh-agent), followed by `args` (remote command, `-tt`, ...). Panics
+    /// when the temp HOME's files cannot be written.
+    pub fn plain_ssh(&self, args: &[&str]) -> std::process::Command {
+        self.write_known_hosts()
+            .expect("writing the test's known_hosts");
+        let config = self.base_config().expect("writing the test's ssh config");
+        let mut cmd = std::process::Command::new("ssh");
+        cmd.arg("-F")
+            .arg(config)
+            .arg("-i")
+            .arg(self.key_path())
+            .args(["-o", "BatchMode=yes", "-p"])
+            .arg(self.port().to_string())
+            .arg(format!("{USER}@127.0.0.1"))
+            .args(args)
+            .env_remove("SSH_AUTH_SOCK")
+            .stdin(Stdio::null());
+        cmd
     }
 
     /// Runs `sh -c cmd` in the container as the `relay` user.

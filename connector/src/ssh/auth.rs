@@ -178,10 +178,7 @@ fn pub_path(path: &Path) -> PathBuf {
 }
 
 fn methods(set: &russh::MethodSet) -> String {
-    set.iter()
-        .map(<&str>::from)
-        .collect::<Vec<_>>()
-        .join(",")
+    set.iter().map(<&str>::from).collect::<Vec<_>>().join(",")
 }
 
 /// The signature hash for `key`: for RSA the best one the server supports, else none.

@@ -7,6 +7,7 @@
 //!    OpenSSH's fully evaluated configuration (Include, Match, wildcards, defaults), so relay
 //!    resolves exactly what `ssh HOST` would. Note that OpenSSH reads the *passwd* home directory,
 //!    not `$HOME`: pass an explicit config file ([`ResolveOptions::config_file`]) to isolate it.
+//!    `$RELAY_SSH` names another ssh binary (default `ssh` on `PATH`).
 //! 2. Without an `ssh` binary: the `ssh2-config` parser over the given file or `$HOME/.ssh/config`
 //!    (Include and wildcard `Host` patterns work; `Match` blocks do not).
 //!

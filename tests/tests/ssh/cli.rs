@@ -1,0 +1,79 @@
+//! `relayctl --ssh HOST leases --json` and `relay attach HOST` over SSH.
+
+use super::*;
+
+/// Runs a binary with `args` against `host`'s isolated ssh config (no ssh-agent).
+fn run_cli(bin: &Path, host: &SshHost, args: &[&str]) -> std::process::Output {
+    let config = options(host).resolve.config_file.unwrap();
+    std::process::Command::new(bin)
+        .args(args)
+        .arg("-F")
+        .arg(&config)
+        .arg("-i")
+        .arg(host.key_path())
+        .env_remove("SSH_AUTH_SOCK")
+        .env("RELAY_AGENT_BIN", agent_bin())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn relayctl_over_ssh_lists_the_hosts_leases_and_relay_attach_never_creates() {
+    let host = SshHost::start().await.unwrap();
+    let dest = host.destination();
+    // Unknown host key: refused, nothing recorded.
+    let out = run_cli(
+        &bins().relayctl,
+        &host,
+        &["--ssh", &dest, "leases", "--json"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--accept-new"), "{stderr}");
+
+    // --accept-new: recorded once, then the leases of the host (a pane made over SSH).
+    let out = run_cli(
+        &bins().relayctl,
+        &host,
+        &["--ssh", &dest, "--accept-new", "leases", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let session = Session::connect(&SshTransport::new(options(&host)), "ssh-tests")
+        .await
+        .unwrap();
+    let pane = PaneKey::new("cli", "tab", "0");
+    let pid = pane_with(&session, &pane, "echo cli-pane; sleep 1000", "cli-pane").await;
+    drop(session);
+    let out = run_cli(
+        &bins().relayctl,
+        &host,
+        &["--ssh", &dest, "leases", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let leases: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lease = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["pane"]["workspace"] == "cli")
+        .unwrap_or_else(|| panic!("no lease of pane cli in {leases}"));
+    assert_eq!(lease["pid"], pid);
+    assert_eq!(lease["state"], "detached");
+
+    // `relay attach` of an unknown pane over SSH fails with code 2 and creates nothing.
+    let out = run_cli(&bins().relay, &host, &["attach", &dest, "-p", "nope"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let session = Session::connect(&SshTransport::new(options(&host)), "ssh-tests")
+        .await
+        .unwrap();
+    assert_eq!(session.list_leases().await.unwrap().len(), 1);
+}

@@ -1,0 +1,171 @@
+//! The SSH transport against real OpenSSH servers in containers (issue 3): deploy, host keys,
+//! ssh_config, one connection per host, PTYs outliving the connection, older daemons.
+//!
+//! Needs a Docker engine and the fixture image (`deploy/fixtures/build-images.sh`, built on
+//! demand), and the workspace binaries (`cargo build --workspace --bins`).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use relay_connector::ssh::{AgentSource, DeployEvent, HostKeyPolicy, SshOptions, SshTransport};
+use relay_connector::transport::{OpenFuture, Transport};
+use relay_connector::{Error, Session};
+use relay_protocol::{LeaseState, PaneKey, SpawnSpec};
+use relay_tests::fixture::SshHost;
+use relay_tests::{bins, read_until_text, Collected};
+
+mod cli;
+mod deploy;
+mod host_keys;
+mod sessions;
+mod ssh_config;
+
+/// A private copy of this build's agent binary, so that a rebuild during the test run cannot
+/// change what is deployed between two connects of one test.
+fn agent_bin() -> &'static Path {
+    static COPY: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &COPY
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("relay-agent");
+            std::fs::copy(&bins().agent, &path).unwrap();
+            (dir, path)
+        })
+        .1
+}
+
+/// Options for `host` with only the fixture's key, an isolated ssh config (no user files, no
+/// ssh-agent) and this build's agent binary.
+fn options(host: &SshHost) -> SshOptions {
+    host.options(agent_bin()).unwrap()
+}
+
+/// A transport for `host` that trusts its host key.
+fn trusted(host: &SshHost) -> SshTransport {
+    host.write_known_hosts().unwrap();
+    SshTransport::new(options(host))
+}
+
+/// Counts upload progress events.
+fn counting(opts: &mut SshOptions) -> Arc<AtomicUsize> {
+    let uploads = Arc::new(AtomicUsize::new(0));
+    let n = uploads.clone();
+    opts.progress = Some(Arc::new(move |ev: &DeployEvent| {
+        if matches!(ev, DeployEvent::Uploading { .. }) {
+            n.fetch_add(1, Ordering::SeqCst);
+        }
+    }));
+    uploads
+}
+
+fn local_sha256(path: &Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// sha256 of every file in ~relay/.relay/bin, as `name hash` lines (sorted).
+async fn remote_bin(host: &SshHost) -> Vec<(String, String)> {
+    let out = host
+        .exec("cd ~/.relay/bin 2>/dev/null && for f in .* *; do [ -f \"$f\" ] && sha256sum \"$f\"; done; true")
+        .await
+        .unwrap();
+    let mut v: Vec<(String, String)> = out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let (h, f) = l.split_once("  ")?;
+            Some((f.to_string(), h.to_string()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn shell(cmd: &str) -> SpawnSpec {
+    SpawnSpec {
+        command: vec!["sh".into(), "-c".into(), cmd.into()],
+        ..SpawnSpec::default()
+    }
+}
+
+/// Creates and attaches a pane running `cmd`, and waits for `expect` in its output.
+async fn pane_with(session: &Session, pane: &PaneKey, cmd: &str, expect: &str) -> u32 {
+    let created = session.create(pane.clone(), shell(cmd)).await.unwrap();
+    let mut handle = session
+        .attach(pane.clone(), Some(created.binding.pty), Some(0))
+        .await
+        .unwrap();
+    let mut out = Collected::default();
+    read_until_text(&mut handle, &mut out, expect)
+        .await
+        .unwrap();
+    let leases = session.list_leases().await.unwrap();
+    leases
+        .iter()
+        .find(|l| l.binding == created.binding)
+        .and_then(|l| l.pid)
+        .expect("the new lease has a pid")
+}
+
+/// Established TCP connections to the container's port 22, from /proc/net/tcp{,6}.
+async fn ssh_connections(host: &SshHost) -> usize {
+    let out = host
+        .exec("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
+        .await
+        .unwrap();
+    out.stdout
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(":0016") && f[3] == "01"
+        })
+        .count()
+}
+
+async fn count_procs(host: &SshHost, pattern: &str) -> usize {
+    let out = host
+        .exec(&format!("pgrep -u relay -f -- '{pattern}' | wc -l"))
+        .await
+        .unwrap();
+    out.out().parse().unwrap()
+}
+
+async fn eventually_async<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Remote IPv4 addresses of established connections to port 22 in the container.
+async fn ssh_peers(host: &SshHost) -> Vec<String> {
+    let out = host.exec("cat /proc/net/tcp").await.unwrap();
+    out.stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() <= 3 || !f[1].ends_with(":0016") || f[3] != "01" {
+                return None;
+            }
+            let hex = u32::from_str_radix(f[2].split(':').next()?, 16).ok()?;
+            Some(std::net::Ipv4Addr::from(hex.swap_bytes()).to_string())
+        })
+        .collect()
+}

@@ -1,0 +1,175 @@
+//! ssh_config and authentication: Host alias with User/Port/IdentityFile, ProxyJump, ProxyCommand,
+//! encrypted keys with a passphrase callback.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ssh_config_alias_with_user_port_and_identity_file_is_honoured() {
+    let host = SshHost::start().await.unwrap();
+    host.write_known_hosts().unwrap();
+    let config = host.write_ssh_config("fixture-box", "").unwrap();
+    let opts = |config: PathBuf| {
+        let mut o = SshOptions {
+            destination: "fixture-box".into(),
+            agent: AgentSource::File(agent_bin().to_path_buf()),
+            ..SshOptions::default()
+        };
+        o.resolve.config_file = Some(config);
+        o.auth.no_agent = true;
+        o
+    };
+    let transport = SshTransport::new(opts(config));
+    let cfg = transport.resolve().await.unwrap();
+    assert_eq!(cfg.display(), format!("relay@127.0.0.1:{}", host.port()));
+    let session = Session::connect(&transport, "ssh-tests").await.unwrap();
+    session.list_leases().await.unwrap();
+
+    // Control: the same alias without its IdentityFile cannot log in, and the error says who
+    // and what was tried.
+    let bare = host.home().join(".ssh/config-no-key");
+    std::fs::write(
+        &bare,
+        format!(
+            "Host fixture-box\n  HostName 127.0.0.1\n  User relay\n  Port {}\n  \
+             IdentityFile /nonexistent/key\n  UserKnownHostsFile {}\n",
+            host.port(),
+            host.known_hosts_path().display()
+        ),
+    )
+    .unwrap();
+    let err = Session::connect(&SshTransport::new(opts(bare)), "ssh-tests")
+        .await
+        .unwrap_err();
+    let Error::Auth(msg) = &err else {
+        panic!("expected an auth error, got {err:?}");
+    };
+    assert!(!err.is_transient());
+    assert!(
+        msg.contains("\"relay\"") && msg.contains("127.0.0.1"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn proxy_jump_reaches_a_host_through_another() {
+    let (jump, target) = relay_tests::fixture::two_hosts().await.unwrap();
+    let (jump_ip, target_ip) = (
+        jump.bridge_ip().await.unwrap(),
+        target.bridge_ip().await.unwrap(),
+    );
+    let kh = jump.known_hosts_path();
+    std::fs::write(
+        &kh,
+        format!(
+            "{}\n{target_ip} {}\n",
+            jump.known_hosts_line(),
+            jump.files().host_key
+        ),
+    )
+    .unwrap();
+    let config = jump.home().join(".ssh/jump_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Host jumpbox\n  HostName 127.0.0.1\n  Port {}\nHost inner\n  HostName {target_ip}\n  \
+             ProxyJump jumpbox\nHost *\n  User relay\n  IdentityFile {}\n  IdentitiesOnly yes\n  \
+             UserKnownHostsFile {}\n",
+            jump.port(),
+            jump.key_path().display(),
+            kh.display()
+        ),
+    )
+    .unwrap();
+    let mut opts = SshOptions {
+        destination: "inner".into(),
+        agent: AgentSource::File(agent_bin().to_path_buf()),
+        ..SshOptions::default()
+    };
+    opts.resolve.config_file = Some(config);
+    opts.auth.no_agent = true;
+    let session = Session::connect(&SshTransport::new(opts), "ssh-tests")
+        .await
+        .unwrap();
+    session.list_leases().await.unwrap();
+    // The target's only SSH peer is the jump host, and the agent runs on the target.
+    assert_eq!(ssh_peers(&target).await, vec![jump_ip]);
+    assert_eq!(count_procs(&target, "[r]elay-agent-.* bridge").await, 1);
+    assert_eq!(count_procs(&jump, "[r]elay-agent-.* bridge").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn proxy_command_carries_the_connection() {
+    let host = SshHost::start().await.unwrap();
+    let kh = host.known_hosts_path();
+    std::fs::write(&kh, format!("proxied.invalid {}\n", host.files().host_key)).unwrap();
+    let config = host.home().join(".ssh/proxy_config");
+    // The host name does not resolve: only the ProxyCommand can reach the host.
+    std::fs::write(
+        &config,
+        format!(
+            "Host proxied\n  HostName proxied.invalid\n  User relay\n  IdentityFile {}\n  \
+             IdentitiesOnly yes\n  UserKnownHostsFile {}\n  ProxyCommand bash -c 'exec \
+             3<>/dev/tcp/127.0.0.1/{}; cat <&3 & exec cat >&3' %h\n",
+            host.key_path().display(),
+            kh.display(),
+            host.port()
+        ),
+    )
+    .unwrap();
+    let mut opts = SshOptions {
+        destination: "proxied".into(),
+        agent: AgentSource::File(agent_bin().to_path_buf()),
+        ..SshOptions::default()
+    };
+    opts.resolve.config_file = Some(config);
+    opts.auth.no_agent = true;
+    let session = Session::connect(&SshTransport::new(opts), "ssh-tests")
+        .await
+        .unwrap();
+    session.list_leases().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn encrypted_key_asks_the_passphrase_callback() {
+    let host = SshHost::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("enc_key");
+    let st = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "s3cret", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    host.exec_ok(&format!(
+        "echo '{}' >> ~/.ssh/authorized_keys",
+        public.trim()
+    ))
+    .await
+    .unwrap();
+    host.write_known_hosts().unwrap();
+
+    // Without a prompt the key is skipped, and the error says so.
+    let mut opts = options(&host);
+    opts.auth.identities = vec![key.clone()];
+    let err = Session::connect(&SshTransport::new(opts.clone()), "ssh-tests")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Auth(m) if m.contains("encrypted")),
+        "{err:?}"
+    );
+
+    let asked = Arc::new(AtomicUsize::new(0));
+    let n = asked.clone();
+    opts.auth.passphrase = Some(Arc::new(move |path: &Path, attempt: u32| {
+        n.fetch_add(1, Ordering::SeqCst);
+        assert!(path.ends_with("enc_key"));
+        Some(if attempt == 1 { "wrong" } else { "s3cret" }.to_string())
+    }));
+    let session = Session::connect(&SshTransport::new(opts), "ssh-tests")
+        .await
+        .unwrap();
+    session.list_leases().await.unwrap();
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+}
