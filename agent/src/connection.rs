@@ -102,7 +102,19 @@ async fn read_loop(
     out: &mpsc::Sender<Message>,
 ) -> String {
     loop {
-        let frame = match frames.next().await {
+        let next = tokio::select! {
+            next = frames.next() => next,
+            Some(opened) = session.next_opened() => {
+                // Subscribed here, before the reply, so later requests see the subscription.
+                let (id, reply) = session.finish_open(opened);
+                if out.send(Message::Response(id, reply)).await.is_err() {
+                    return "writer closed".into();
+                }
+                session.start_staged();
+                continue;
+            }
+        };
+        let frame = match next {
             None => return "closed by the peer".into(),
             Some(Err(e)) => return warn_close(format!("bad frame: {e}")),
             Some(Ok(frame)) => frame,

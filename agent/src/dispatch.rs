@@ -8,8 +8,9 @@ use relay_protocol::{ErrorReply, Message, Request, Response};
 use crate::session::Session;
 
 /// Handles one request with id `id`. Returns the reply to queue now, or `None` when there is
-/// none (`Ack`) or the reply is sent later by a spawned task (`Create`, which may take a while
-/// and must not hold up this connection's other requests).
+/// none (`Ack`) or the reply is sent later: by a spawned task (`Create`, which may take a while
+/// and must not hold up this connection's other requests), or for `Open` by the read loop once
+/// its task finished ([`Session::finish_open`]).
 pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Response> {
     let state = session.state().clone();
     let result: Result<Response, ErrorReply> = match req {
@@ -43,6 +44,10 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         }
         Request::Status(_) => Ok(Response::StatusReply(state.status())),
         Request::Protect(p) => state.protect(p).map(done),
+        Request::Open(o) => {
+            session.open(id, o);
+            return None;
+        }
     };
     Some(result.unwrap_or_else(Response::Error))
 }

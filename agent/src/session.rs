@@ -2,21 +2,60 @@
 //!
 //! Dropping a session (connection closed for any reason) only unsubscribes: the PTYs keep
 //! running and their leases become `detached` (rule A).
+//!
+//! `Open` spawns off the read loop (like `Create`, so a slow spawn holds up no other request);
+//! its result comes back through [`Session::next_opened`] and is turned into a subscription and
+//! the reply by [`Session::finish_open`] on the read loop, so every later request of the
+//! connection sees the subscription.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use relay_protocol::message::{Ack, Attach, Attached, Detach};
-use relay_protocol::{ErrorReply, Message, PtyId};
+use relay_protocol::message::{Ack, Attach, Attached, Create, Created, Detach, Open, Opened};
+use relay_protocol::{ErrorReply, Message, PtyId, Response};
 use tokio::sync::mpsc;
 
+use crate::pty::Pty;
 use crate::state::State;
 use crate::subscription::Subscription;
+
+/// How many finished opens may wait for the read loop.
+const OPENED_QUEUE: usize = 16;
 
 /// A subscription accepted by `Attach` whose forwarding starts after the reply is queued, so the
 /// `Attached` reply precedes its output.
 struct Staged {
-    pty: std::sync::Arc<crate::pty::Pty>,
+    pty: Arc<Pty>,
     start: u64,
+}
+
+/// A finished `Open` on its way back to the read loop.
+pub struct OpenDone {
+    id: u64,
+    resume_from: Option<u64>,
+    result: Result<(Created, Counted), ErrorReply>,
+}
+
+/// A PTY with one attach count taken by `Open` for this connection. [`Session::finish_open`]
+/// hands the count to a subscription; dropped any other way (the connection closed before the
+/// open finished), it gives the count back.
+struct Counted {
+    state: State,
+    pty: Option<Arc<Pty>>,
+}
+
+impl Counted {
+    fn take(mut self) -> Arc<Pty> {
+        self.pty.take().expect("a counted PTY is taken once")
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(pty) = self.pty.take() {
+            self.state.detached(&pty.binding().pty);
+        }
+    }
 }
 
 /// State of one client connection.
@@ -26,17 +65,22 @@ pub struct Session {
     chunk: usize,
     subs: HashMap<PtyId, Subscription>,
     staged: Vec<Staged>,
+    opened_tx: mpsc::Sender<OpenDone>,
+    opened_rx: mpsc::Receiver<OpenDone>,
 }
 
 impl Session {
     /// A session sending on `out`, with output chunks of at most `chunk` bytes.
     pub fn new(state: State, out: mpsc::Sender<Message>, chunk: usize) -> Self {
+        let (opened_tx, opened_rx) = mpsc::channel(OPENED_QUEUE);
         Session {
             state,
             out,
             chunk,
             subs: HashMap::new(),
             staged: Vec::new(),
+            opened_tx,
+            opened_rx,
         }
     }
 
@@ -57,6 +101,64 @@ impl Session {
     /// `NotFound`, `Ended`, `Mismatch`; `BadRequest` for a `resume_from` beyond the output end.
     pub fn attach(&mut self, req: Attach) -> Result<Attached, ErrorReply> {
         let pty = self.state.attach(&req.pane, req.expect)?;
+        self.subscribe(pty, req.resume_from)
+    }
+
+    /// Starts an `Open` with request id `id` in its own task (create under the pane gate, which
+    /// may wait for a spawn). Its result arrives on [`Session::next_opened`].
+    pub fn open(&self, id: u64, req: Open) {
+        let state = self.state.clone();
+        let done = self.opened_tx.clone();
+        tokio::spawn(async move {
+            let create = Create {
+                pane: req.pane,
+                spec: req.spec,
+            };
+            let result = state.create_attached(create).await.map(|(created, pty)| {
+                let counted = Counted {
+                    state: state.clone(),
+                    pty: Some(pty),
+                };
+                (created, counted)
+            });
+            let finished = OpenDone {
+                id,
+                resume_from: req.resume_from,
+                result,
+            };
+            // Fails only when the session is gone; dropping `finished` gives the count back.
+            let _ = done.send(finished).await;
+        });
+    }
+
+    /// The next finished `Open` (pending forever while none is in flight).
+    pub async fn next_opened(&mut self) -> Option<OpenDone> {
+        self.opened_rx.recv().await
+    }
+
+    /// Subscribes a finished `Open` like an attach; returns its request id and reply. Call
+    /// [`Session::start_staged`] after queuing the reply.
+    pub fn finish_open(&mut self, done: OpenDone) -> (u64, Response) {
+        let reply = match done.result {
+            Ok((created, counted)) => self
+                .subscribe(counted.take(), done.resume_from)
+                .map(|attached| Response::Opened(Opened { created, attached })),
+            Err(e) => Err(e),
+        };
+        (done.id, reply.unwrap_or_else(Response::Error))
+    }
+
+    /// Stages this connection's subscription to `pty`, whose attach count the caller already
+    /// took, from `resume_from` (see `Attach`). Works on a PTY that has ended meanwhile: the
+    /// subscription delivers what the ring holds, then `Exited`. Shared by `Attach` and `Open`.
+    ///
+    /// # Errors
+    /// `BadRequest` for a `resume_from` beyond the output end (the attach count is given back).
+    fn subscribe(
+        &mut self,
+        pty: Arc<Pty>,
+        resume_from: Option<u64>,
+    ) -> Result<Attached, ErrorReply> {
         let id = pty.binding().pty;
         if self.subs.remove(&id).is_some() {
             self.state.detached(&id);
@@ -65,7 +167,7 @@ impl Session {
             let ring = pty.ring().lock().unwrap_or_else(|p| p.into_inner());
             (ring.start(), ring.end())
         };
-        let (replay_from, lost) = match req.resume_from {
+        let (replay_from, lost) = match resume_from {
             None => (end, 0),
             Some(r) if r > end => {
                 self.state.detached(&id);

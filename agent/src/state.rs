@@ -5,7 +5,8 @@
 //! non-blocking sections and never across `.await`; the journal mutex is only taken inside it
 //! (lock order: book → journal → a PTY's own locks). Spawning happens outside the book lock,
 //! serialized per pane by an async gate so two creates of one pane cannot both spawn (rule D)
-//! while creates of other panes proceed (rule F).
+//! while creates of other panes proceed (rule F). `Open` runs the same create under that gate and
+//! counts its subscriber in the same book section, so no output or exit falls in between.
 
 use std::collections::HashMap;
 use std::io;
@@ -47,6 +48,23 @@ struct Inner {
 struct Book {
     table: LeaseTable,
     ptys: HashMap<PtyId, Arc<Pty>>,
+}
+
+impl Book {
+    /// Counts one more subscriber on the pane's live PTY (the `expect` one, if given) and returns
+    /// it. Shared by `Attach` and `Open`.
+    fn attach(&mut self, pane: &PaneKey, expect: Option<PtyId>) -> Result<Arc<Pty>, ErrorReply> {
+        let pty_id = self.table.check_attach(pane, expect)?.binding.pty;
+        let pty = self
+            .ptys
+            .get(&pty_id)
+            .cloned()
+            .ok_or_else(|| ErrorReply::Internal {
+                message: format!("lease {pane}@{pty_id} is live but its PTY is not registered"),
+            })?;
+        self.table.attach(&pty_id, now_ms());
+        Ok(pty)
+    }
 }
 
 /// Counts a connection while it lives (for `Status`).
@@ -124,13 +142,43 @@ impl State {
     /// # Errors
     /// [`ErrorReply::SpawnFailed`] / [`ErrorReply::BadRequest`] from spawning.
     pub async fn create(&self, req: Create) -> Result<Created, ErrorReply> {
+        self.create_gated(req, false)
+            .await
+            .map(|(created, _)| created)
+    }
+
+    /// `Open`: [`State::create`], then one more subscriber on the pane's PTY (as
+    /// [`State::attach`]), both under the pane's create gate and the subscriber counted under the
+    /// same book lock that found or recorded the live lease. The PTY may end right after; the
+    /// returned `Arc<Pty>` still holds its output and exit for the subscription.
+    ///
+    /// The caller owns one attach count on the PTY: it must call [`State::detached`] when the
+    /// subscription ends or is never started.
+    ///
+    /// # Errors
+    /// As [`State::create`].
+    pub async fn create_attached(&self, req: Create) -> Result<(Created, Arc<Pty>), ErrorReply> {
+        let (created, pty) = self.create_gated(req, true).await?;
+        pty.map(|pty| (created, pty))
+            .ok_or_else(|| ErrorReply::Internal {
+                message: "open: the PTY was not subscribed (agent bug); retry".into(),
+            })
+    }
+
+    /// Runs [`State::create_locked`] under the pane's gate, so two creates (or opens) of one pane
+    /// cannot both spawn (rule D) while other panes proceed (rule F).
+    async fn create_gated(
+        &self,
+        req: Create,
+        attach: bool,
+    ) -> Result<(Created, Option<Arc<Pty>>), ErrorReply> {
         let gate = {
             let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
             Arc::clone(gates.entry(req.pane.clone()).or_default())
         };
         let pane = req.pane.clone();
         let held = gate.lock().await;
-        let result = self.create_gated(req).await;
+        let result = self.create_locked(req, attach).await;
         drop(held);
         let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
         // Only the map and this task hold the gate: nobody waits, forget it.
@@ -140,14 +188,28 @@ impl State {
         result
     }
 
-    async fn create_gated(&self, req: Create) -> Result<Created, ErrorReply> {
+    /// Create with the pane gate held. With `attach`, the PTY (live one or new one) is also
+    /// subscribed once, in the same book section that found or recorded it, before its waiter can
+    /// record an end.
+    async fn create_locked(
+        &self,
+        req: Create,
+        attach: bool,
+    ) -> Result<(Created, Option<Arc<Pty>>), ErrorReply> {
         let pty_id = {
             let mut book = self.book();
             if let Some(live) = book.table.live(&req.pane) {
-                return Ok(Created {
-                    binding: live.binding.clone(),
+                let binding = live.binding.clone();
+                let pty = if attach {
+                    Some(book.attach(&req.pane, Some(binding.pty))?)
+                } else {
+                    None
+                };
+                let created = Created {
+                    binding,
                     existed: true,
-                });
+                };
+                return Ok((created, pty));
             }
             book.table.mint()
         };
@@ -163,7 +225,7 @@ impl State {
                 message: format!("spawn task failed: {e}"),
             })??;
         let pty = Arc::clone(&spawned.pty);
-        {
+        let subscribed = {
             let mut book = self.book();
             let mut lease = Lease::live(
                 binding.clone(),
@@ -187,16 +249,24 @@ impl State {
                 size: lease.size,
                 at_ms: lease.created_ms,
             });
-        }
+            // The waiter is not started yet, so the lease is live and this cannot fail; an error
+            // is still only returned after the waiter runs, so the PTY never goes unreaped.
+            if attach {
+                book.attach(&binding.pane, Some(pty_id)).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
         tracing::info!(%binding, pid = pty.pid(), "created PTY");
         let state = self.clone();
         spawned.start_waiter(self.inner.config.exit_output_grace, move |status| {
             state.on_exit(pty_id, status)
         });
-        Ok(Created {
+        let created = Created {
             binding,
             existed: false,
-        })
+        };
+        Ok((created, subscribed?))
     }
 
     /// Called by a PTY's waiter once it ended: records the end, then tells subscribers.
@@ -253,17 +323,7 @@ impl State {
     /// # Errors
     /// `NotFound`, `Ended` or `Mismatch` as [`LeaseTable::check_attach`].
     pub fn attach(&self, pane: &PaneKey, expect: Option<PtyId>) -> Result<Arc<Pty>, ErrorReply> {
-        let mut book = self.book();
-        let pty_id = book.table.check_attach(pane, expect)?.binding.pty;
-        let pty = book
-            .ptys
-            .get(&pty_id)
-            .cloned()
-            .ok_or_else(|| ErrorReply::Internal {
-                message: format!("lease {pane}@{pty_id} is live but its PTY is not registered"),
-            })?;
-        book.table.attach(&pty_id, now_ms());
-        Ok(pty)
+        self.book().attach(pane, expect)
     }
 
     /// One connection stopped receiving `pty` (detach or connection drop). Never ends anything

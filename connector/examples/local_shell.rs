@@ -1,5 +1,5 @@
-//! Creates a pane on the local agent that runs a short command, prints its output until it
-//! exits, then prints the exit status.
+//! Opens a pane on the local agent that runs a short command, prints its output until it exits,
+//! then prints the exit status. Needs an agent with the `open` capability (protocol 1.1).
 //!
 //! Run with `cargo run -p relay-connector --example local_shell` (after
 //! `cargo build --workspace --bins`, so that `relay-agent` is next to the example's binary).
@@ -16,28 +16,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         w.agent_version, w.incarnation
     );
 
-    // A fresh pane name per run, so that create really spawns.
+    // A fresh pane name per run, so that open really spawns.
     let pane = PaneKey::new("examples", "local_shell", std::process::id().to_string());
     let spec = SpawnSpec {
         command: vec![
             "sh".into(),
             "-c".into(),
-            // Waits for Enter: attaching to a pane whose PTY already ended is refused (rule B),
-            // so the command must not finish before we are attached.
-            "stty -echo; read _; echo hello from relay; uname -a".into(),
+            "echo hello from relay; uname -a".into(),
         ],
         ..SpawnSpec::default()
     };
-    let created = session.create(pane.clone(), spec).await?;
+    // Create and attach in one step, replaying from offset 0: even though the command ends at
+    // once, none of its output and not its exit status is missed.
+    let (created, mut handle) = session.open(pane, spec, Some(0)).await?;
     println!("created {}", created.binding);
-
-    // Replay from offset 0: output produced before the attach is not missed.
-    let mut handle = session
-        .attach(pane, Some(created.binding.pty), Some(0))
-        .await?;
-    // Bindings are captured once and passed explicitly to every mutation (rule C).
-    let binding = handle.binding().clone();
-    session.input(&binding, b"\n").await?;
     while let Some(event) = handle.next().await {
         match event {
             PaneEvent::Output { data, .. } => print!("{}", String::from_utf8_lossy(&data)),

@@ -4,7 +4,8 @@
 //! An app opens one [`Session`] per host over a [`Transport`] (a local child process running
 //! `relay-agent bridge`, or an SSH exec channel) and multiplexes every workspace and pane on it.
 //! Panes are named by the app ([`PaneKey`](relay_protocol::PaneKey)); the agent owns the PTYs and hands out exact
-//! [`Binding`](relay_protocol::Binding)s. **Create** is the only operation that spawns; **attach** binds to what exists and
+//! [`Binding`](relay_protocol::Binding)s. **Create** (and **open**, create-or-attach in one step)
+//! are the only operations that spawn; **attach** binds to what exists and
 //! fails with `NotFound`/`Ended`/`Mismatch` otherwise (rule B); every mutation names the exact
 //! binding it was meant for (rule C).
 //!
@@ -19,8 +20,8 @@
 //! - [`local`]: [`LocalTransport`], which runs `relay-agent bridge` as a child process, and how
 //!   the agent binary is found.
 //! - [`session`]: [`Session`] — hello/welcome, the reader and writer tasks, the table of pending
-//!   requests, and every operation (`create`, `attach`, `input`, `resize`, `signal`, `kill`,
-//!   `detach`, `protect`, `list_leases`, `status`, `ping`).
+//!   requests, and every operation (`create`, `attach`, `open`, `input`, `resize`, `signal`,
+//!   `kill`, `detach`, `protect`, `list_leases`, `status`, `ping`).
 //! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one attached pane's ordered event stream, credit
 //!   acks and the slow-consumer policy.
 //! - [`destination`]: [`Destination`], the command-line choice between this machine and a host.
@@ -45,8 +46,9 @@
 //!     command: vec!["sh".into(), "-c".into(), "echo hello".into()],
 //!     ..SpawnSpec::default()
 //! };
-//! let created = session.create(pane.clone(), spec).await?;
-//! let mut handle = session.attach(pane, Some(created.binding.pty), Some(0)).await?;
+//! // Create-or-attach in one step (agents with the `open` capability): even a command that
+//! // exits at once delivers all its output from offset 0, then its exit.
+//! let (_created, mut handle) = session.open(pane, spec, Some(0)).await?;
 //! let binding = handle.binding().clone();
 //! session.resize(&binding, relay_protocol::TermSize { cols: 120, rows: 40 }).await?;
 //! while let Some(event) = handle.next().await {

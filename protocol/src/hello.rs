@@ -18,8 +18,9 @@ pub const MAGIC: u32 = u32::from_be_bytes(*b"RLAY");
 /// Protocol major version; a change here means old and new peers cannot talk.
 pub const PROTOCOL_MAJOR: u16 = 1;
 
-/// Protocol minor version; raised when ops or capabilities are added.
-pub const PROTOCOL_MINOR: u16 = 0;
+/// Protocol minor version; raised when ops or capabilities are added. 1.1 added `Open`/`Opened`
+/// (capability [`Capability::OPEN`]).
+pub const PROTOCOL_MINOR: u16 = 1;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,13 +35,22 @@ impl Capability {
     pub const PROTECT: &'static str = "protect";
     /// `Status` of the agent.
     pub const STATUS: &'static str = "status";
+    /// `Open`: create-or-attach in one step, so a quick command's output and exit are never lost
+    /// (protocol 1.1).
+    pub const OPEN: &'static str = "open";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
-        [Self::PTY, Self::CREDIT, Self::PROTECT, Self::STATUS]
-            .into_iter()
-            .map(|c| Capability(c.to_string()))
-            .collect()
+        [
+            Self::PTY,
+            Self::CREDIT,
+            Self::PROTECT,
+            Self::STATUS,
+            Self::OPEN,
+        ]
+        .into_iter()
+        .map(|c| Capability(c.to_string()))
+        .collect()
     }
 }
 

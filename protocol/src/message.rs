@@ -33,7 +33,8 @@ pub struct Pong {
     pub nonce: u64,
 }
 
-/// Create a PTY for a pane, or return the live one (idempotent; rule D). The only op that spawns.
+/// Create a PTY for a pane, or return the live one (idempotent; rule D). With [`Open`], the only
+/// op that spawns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Create {
     /// The pane.
@@ -78,6 +79,32 @@ pub struct Attached {
     pub lost: u64,
     /// Current size.
     pub size: TermSize,
+}
+
+/// Create-or-attach in one step (capability `open`, protocol 1.1): under the pane's create gate,
+/// spawn `spec` if the pane has no live PTY (exactly as [`Create`], rule D), then subscribe this
+/// connection to the pane's PTY (as [`Attach`] with no `expect`). No output and no exit can fall
+/// between the two, so even a command that ends at once is seen whole with `resume_from: Some(0)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Open {
+    /// The pane.
+    pub pane: PaneKey,
+    /// What to run if a new PTY is needed. Ignored when the pane already has a live PTY, which is
+    /// attached instead (never respawned).
+    pub spec: SpawnSpec,
+    /// Output offset to replay from, as in [`Attach::resume_from`]. `Some(0)` delivers the whole
+    /// output of a new PTY.
+    pub resume_from: Option<u64>,
+}
+
+/// Answer to [`Open`]. Output pushes follow from `attached.replay_from` on, then `Exited` once
+/// the PTY ends (also when it ended before this reply went out).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opened {
+    /// The pane's binding; `existed: true` when nothing was spawned.
+    pub created: Created,
+    /// The subscription, as an [`Attached`] reply would describe it.
+    pub attached: Attached,
 }
 
 /// Keystrokes or pasted bytes for the PTY.
@@ -267,6 +294,7 @@ ops! {
     Ack = 0x0018,
     Status = 0x0019,
     Protect = 0x001A,
+    Open = 0x001B,
     Done = 0x8000,
     Welcome = 0x8001,
     Pong = 0x8002,
@@ -274,6 +302,7 @@ ops! {
     Attached = 0x8011,
     Leases = 0x8017,
     StatusReply = 0x8019,
+    Opened = 0x801B,
     Output = 0x4001,
     OutputGap = 0x4002,
     Exited = 0x4003,
@@ -332,6 +361,7 @@ message_enum! {
         Ack(Ack),
         Status(StatusRequest),
         Protect(Protect),
+        Open(Open),
     }
 }
 
@@ -345,6 +375,7 @@ message_enum! {
         Attached(Attached),
         Leases(Leases),
         StatusReply(Status),
+        Opened(Opened),
         Error(ErrorReply),
     }
 }

@@ -193,3 +193,13 @@ fn frame_golden_bytes() {
     assert!(input.is_empty(), "the whole frame is consumed");
     assert_eq!(Message::from_bytes(&body).unwrap(), ping_message());
 }
+
+#[test]
+fn open_is_advertised_from_minor_1() {
+    use relay_protocol::{Capability, PROTOCOL_MINOR};
+    // `Open` (0x001B) / `Opened` (0x801B) came with protocol 1.1 and are gated by "open".
+    const { assert!(PROTOCOL_MINOR >= 1, "Open needs minor 1") };
+    assert!(Capability::all().contains(&Capability(Capability::OPEN.into())));
+    assert_eq!(Op::from_code(0x001B), Some(Op::Open));
+    assert_eq!(Op::from_code(0x801B), Some(Op::Opened));
+}

@@ -181,7 +181,7 @@ fn unknown_op_in_a_well_formed_envelope_reports_id_and_op() {
     for (id, op) in [
         (77, 0x0000),
         (1, 0x0003),
-        (300, 0x001B),
+        (300, 0x3FFF),
         (0, 0x4000),
         (0, 0x4004),
         (5, 0x7FFF),

@@ -29,15 +29,14 @@ async fn output_arrives_in_order_with_offsets_and_exit_status() {
     let home = TestHome::new();
     let session = home.session().await;
     let pane = PaneKey::new("w", "order", "0");
-    // Waits for one line first: attach to an ended pane is refused (rule B), so the script must
-    // not finish before we are attached.
-    let script =
-        "stty -echo; read go; i=0; while [ $i -lt 200 ]; do echo line-$i; i=$((i+1)); done; exit 3";
-    let created = session.create(pane.clone(), sh(script)).await.unwrap();
+    // No wait for a go-ahead: open subscribes before the script can finish.
+    let script = "i=0; while [ $i -lt 200 ]; do echo line-$i; i=$((i+1)); done; exit 3";
+    let (created, mut handle) = session
+        .open(pane.clone(), sh(script), Some(0))
+        .await
+        .unwrap();
     assert!(!created.existed);
-    let mut handle = session.attach(pane.clone(), None, Some(0)).await.unwrap();
     assert_eq!(handle.binding(), &created.binding);
-    session.input(&created.binding, b"\n").await.unwrap();
     let mut got = Collected::default();
     read_until(&mut handle, &mut got, LIVENESS, |c| c.exit.is_some())
         .await
@@ -45,16 +44,56 @@ async fn output_arrives_in_order_with_offsets_and_exit_status() {
     assert_eq!(got.start, Some(0), "replay from 0 starts at offset 0");
     assert!(got.gaps.is_empty(), "{:?}", got.gaps);
     let text = got.text();
-    // (The Enter may be echoed before `stty -echo` runs: skip empty lines.)
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim_end)
-        .filter(|l| !l.is_empty())
-        .collect();
+    let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
     let expected: Vec<String> = (0..200).map(|i| format!("line-{i}")).collect();
     assert_eq!(lines, expected, "every line, in order");
     assert_eq!(got.exit, Some((3, None)));
     assert_eq!(handle.next().await, None, "the stream ends after the exit");
+}
+
+/// A command that ends within milliseconds: `open` delivers its whole output and exit code,
+/// every time (create then attach may find the pane already ended, rule B). On a live pane,
+/// `open` attaches without spawning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_on_a_quick_command_gets_its_whole_output_and_exit_code() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    for i in 0..10 {
+        let pane = PaneKey::new("w", "quick", i.to_string());
+        let (created, mut handle) = session
+            .open(pane, sh("printf quick-output; exit 7"), Some(0))
+            .await
+            .unwrap();
+        assert!(!created.existed, "round {i}");
+        let mut got = Collected::default();
+        read_until(&mut handle, &mut got, LIVENESS, |c| c.exit.is_some())
+            .await
+            .unwrap();
+        assert_eq!(got.start, Some(0), "round {i}");
+        assert_eq!(got.text(), "quick-output", "round {i}");
+        assert_eq!(got.exit, Some((7, None)), "round {i}");
+    }
+
+    let pane = PaneKey::new("w", "quick", "live");
+    let first = session.create(pane.clone(), sh("exec cat")).await.unwrap();
+    let (again, handle) = session
+        .open(pane, sh("printf never-run"), Some(0))
+        .await
+        .unwrap();
+    assert!(
+        again.existed,
+        "a live PTY is attached, not respawned (rule D)"
+    );
+    assert_eq!(again.binding, first.binding);
+    assert_eq!(handle.binding(), &first.binding);
+    let live: Vec<_> = session
+        .list_leases()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.binding.pane.leaf == "live")
+        .collect();
+    assert_eq!(live.len(), 1, "one lease for the live pane");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

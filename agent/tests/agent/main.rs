@@ -7,6 +7,7 @@ mod support;
 mod bridge;
 mod lifecycle;
 mod malformed;
+mod open;
 mod output;
 mod peer;
 mod rules;

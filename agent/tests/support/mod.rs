@@ -265,21 +265,50 @@ impl Client {
     }
 
     pub fn create(&mut self, pane: &PaneKey, command: &[&str]) -> Created {
-        let spec = SpawnSpec {
-            command: command.iter().map(|s| s.to_string()).collect(),
-            cwd: Some("/".into()),
-            size: TermSize {
-                cols: 100,
-                rows: 30,
-            },
-            ..SpawnSpec::default()
-        };
+        let spec = spec(command);
         match self.request(Request::Create(Create {
             pane: pane.clone(),
             spec,
         })) {
             Response::Created(c) => c,
             other => panic!("expected Created, got {other:?}"),
+        }
+    }
+
+    /// `Open` (create-or-attach) of `pane` running `command` when a spawn is needed.
+    pub fn open(
+        &mut self,
+        pane: &PaneKey,
+        command: &[&str],
+        resume_from: Option<u64>,
+    ) -> Result<Opened, ErrorReply> {
+        let req = Request::Open(Open {
+            pane: pane.clone(),
+            spec: spec(command),
+            resume_from,
+        });
+        match self.request(req) {
+            Response::Opened(o) => Ok(o),
+            Response::Error(e) => Err(e),
+            other => panic!("expected Opened, got {other:?}"),
+        }
+    }
+
+    /// Collects `pty`'s output pushes (contiguous from `from`, no gaps) until its `Exited`.
+    pub fn output_until_exit(&mut self, pty: PtyId, from: u64) -> (Vec<u8>, Exited) {
+        let mut got = Vec::new();
+        loop {
+            match self.push(WAIT) {
+                Some(Push::Output(o)) if o.pty == pty => {
+                    assert_eq!(o.offset, from + got.len() as u64, "contiguous offsets");
+                    got.extend_from_slice(&o.data);
+                }
+                Some(Push::Exited(e)) if e.binding.pty == pty => return (got, e),
+                other => panic!(
+                    "expected output or Exited of {pty}, got {other:?} after {:?}",
+                    String::from_utf8_lossy(&got)
+                ),
+            }
         }
     }
 
@@ -373,6 +402,19 @@ impl Client {
         other.extend(self.pushes.drain(..));
         self.pushes = other;
         got
+    }
+}
+
+/// A spawn spec running `command` in `/` at 100x30.
+pub fn spec(command: &[&str]) -> SpawnSpec {
+    SpawnSpec {
+        command: command.iter().map(|s| s.to_string()).collect(),
+        cwd: Some("/".into()),
+        size: TermSize {
+            cols: 100,
+            rows: 30,
+        },
+        ..SpawnSpec::default()
     }
 }
 

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relay_protocol::message::{
-    Attach, Create, Created, Detach, Input, Kill, ListLeases, Ping, Protect, Resize, Signal,
-    Status, StatusRequest,
+    Attach, Attached, Create, Created, Detach, Input, Kill, ListLeases, Open, Ping, Protect,
+    Resize, Signal, Status, StatusRequest,
 };
 use relay_protocol::{
     Binding, Capability, FrameCodec, LeaseInfo, Message, PaneKey, PtyId, Request, Response,
@@ -143,6 +143,37 @@ impl Session {
         }
     }
 
+    /// Creates-or-attaches in one step (capability `open`): spawns `spec` for `pane` unless the
+    /// pane has a live PTY (then nothing is spawned and `existed` is `true`; rule D), and attaches
+    /// this connection to the pane's PTY from `resume_from` (as [`Session::attach`]). The agent
+    /// does both under one lock, so with `Some(0)` even a command that exits at once delivers its
+    /// whole output and then [`PaneEvent::Exited`](crate::PaneEvent::Exited) — which
+    /// [`Session::create`] followed by [`Session::attach`] cannot promise (the attach may find
+    /// the pane already ended).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when the agent lacks the `open` capability (nothing is sent: use
+    /// `create` + `attach`); [`Error::Agent`] with `SpawnFailed` (bad command or cwd),
+    /// `BadRequest` (e.g. `resume_from` beyond the output of a live PTY);
+    /// [`Error::ConnectionLost`].
+    pub async fn open(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume_from: Option<u64>,
+    ) -> Result<(Created, PaneHandle), Error> {
+        self.require(Capability::OPEN, "open")?;
+        let req = Request::Open(Open {
+            pane,
+            spec,
+            resume_from,
+        });
+        match self.subscribe(req).await? {
+            (Response::Opened(o), sub) => Ok((o.created, sub.handle(self, o.attached))),
+            (other, _) => Err(unexpected("open", &other)),
+        }
+    }
+
     /// Attaches this connection to `pane`'s PTY. Never spawns (rule B).
     ///
     /// `expect`: the PTY the caller believes the pane has (after a reconnect), or `None` for
@@ -159,6 +190,20 @@ impl Session {
         resume_from: Option<u64>,
     ) -> Result<PaneHandle, Error> {
         self.require(Capability::PTY, "attach")?;
+        let req = Request::Attach(Attach {
+            pane,
+            expect,
+            resume_from,
+        });
+        match self.subscribe(req).await? {
+            (Response::Attached(attached), sub) => Ok(sub.handle(self, attached)),
+            (other, _) => Err(unexpected("attach", &other)),
+        }
+    }
+
+    /// Sends a request that subscribes this connection (attach, open) with a fresh pane sink,
+    /// which the reader installs for the PTY as soon as the reply arrives.
+    async fn subscribe(&self, req: Request) -> Result<(Response, NewPane), Error> {
         let credit = self.inner.welcome.has(Capability::CREDIT);
         let window = u64::from(self.inner.welcome.limits.window);
         let shared = &self.inner.shared;
@@ -167,24 +212,15 @@ impl Session {
         let (tx, rx) = oneshot::channel();
         let id = shared.next_id();
         shared.register(id, Pending::Attach(tx, sink))?;
-        let req = Request::Attach(Attach {
-            pane,
-            expect,
-            resume_from,
-        });
         self.send(id, req).await?;
-        match rx.await.unwrap_or_else(|_| Err(shared.lost()))? {
-            Response::Attached(attached) => Ok(PaneHandle::new(
-                attached,
-                queue,
-                sink_id,
-                credit,
-                window,
-                shared.clone(),
-                self.inner.requests.downgrade(),
-            )),
-            other => Err(unexpected("attach", &other)),
-        }
+        let resp = rx.await.unwrap_or_else(|_| Err(shared.lost()))?;
+        let pane = NewPane {
+            queue,
+            sink_id,
+            credit,
+            window,
+        };
+        Ok((resp, pane))
     }
 
     /// Writes `data` to the PTY of `binding` (keystrokes, pastes). Large inputs are split into
@@ -362,6 +398,28 @@ impl Session {
             return Err(self.inner.shared.lost());
         }
         Ok(())
+    }
+}
+
+/// The app's end of a subscription whose reply arrived: becomes a [`PaneHandle`].
+struct NewPane {
+    queue: crate::pane::PaneQueue,
+    sink_id: u64,
+    credit: bool,
+    window: u64,
+}
+
+impl NewPane {
+    fn handle(self, session: &Session, attached: Attached) -> PaneHandle {
+        PaneHandle::new(
+            attached,
+            self.queue,
+            self.sink_id,
+            self.credit,
+            self.window,
+            session.inner.shared.clone(),
+            session.inner.requests.downgrade(),
+        )
     }
 }
 

@@ -23,8 +23,8 @@ pub(crate) type ReplyTx = oneshot::Sender<Result<Response, Error>>;
 pub(crate) enum Pending {
     /// A plain request.
     Reply(ReplyTx),
-    /// An attach: on `Attached`, the sink is installed for the PTY before the next frame is read,
-    /// so no output push after the reply can be missed.
+    /// An attach or open: on `Attached` (or `Opened`), the sink is installed for the PTY before
+    /// the next frame is read, so no output push after the reply can be missed.
     Attach(ReplyTx, PaneSink),
 }
 
@@ -216,7 +216,12 @@ impl Shared {
         let tx = match pending {
             Pending::Reply(tx) => tx,
             Pending::Attach(tx, mut sink) => {
-                if let Response::Attached(a) = &resp {
+                let attached = match &resp {
+                    Response::Attached(a) => Some(a),
+                    Response::Opened(o) => Some(&o.attached),
+                    _ => None,
+                };
+                if let Some(a) = attached {
                     sink.binding = Some(a.binding.clone());
                     // A previous subscription of this PTY on this session is taken over; its
                     // stream ends when its sink is dropped here.
@@ -313,6 +318,44 @@ mod tests {
                 offset: 0,
                 data: b"hi".to_vec()
             }
+        );
+    }
+
+    #[test]
+    fn open_reply_installs_the_subscriber_before_the_next_push() {
+        let shared = Shared::new();
+        let (tx, mut rx) = oneshot::channel();
+        let (sink, mut q) = PaneSink::new(1, 1 << 20);
+        shared.register(6, Pending::Attach(tx, sink)).unwrap();
+        let b = binding(3);
+        let attached = Attached {
+            binding: b.clone(),
+            replay_from: 0,
+            end_offset: 0,
+            lost: 0,
+            size: TermSize::default(),
+        };
+        let created = relay_protocol::message::Created {
+            binding: b.clone(),
+            existed: false,
+        };
+        shared.dispatch(&frame(Message::Response(
+            6,
+            Response::Opened(relay_protocol::message::Opened { created, attached }),
+        )));
+        shared.dispatch(&frame(Message::Push(Push::Exited(Exited {
+            binding: b.clone(),
+            exit: ExitStatus {
+                code: 3,
+                signal: None,
+            },
+            reason: EndReason::Exited,
+            event_key: 0,
+        }))));
+        assert!(matches!(rx.try_recv(), Ok(Ok(Response::Opened(_)))));
+        assert!(
+            matches!(q.rx.try_recv(), Ok(PaneEvent::Exited { .. })),
+            "the exit right after the reply reaches the new subscriber"
         );
     }
 

@@ -90,6 +90,17 @@ async fn operations_the_agent_did_not_advertise_are_refused_without_sending() {
     assert!(err.to_string().contains("protect"), "{err}");
     let err = session.status().await.unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    // An agent before protocol 1.1 has no `open`: the caller falls back to create + attach.
+    let err = session
+        .open(
+            binding().pane,
+            relay_protocol::SpawnSpec::default(),
+            Some(0),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    assert!(err.to_string().contains("open"), "{err}");
     drop(session);
     // The peer sees the stream end without any request after the hello.
     assert!(peer.next().await.is_none(), "nothing was sent");

@@ -12,7 +12,8 @@
 
 use relay_protocol::message::{
     Ack, Attach, Attached, Create, Created, Detach, Done, Exited, Input, Kill, LeaseCounts, Leases,
-    ListLeases, Output, OutputGap, Ping, Pong, Protect, Resize, Signal, Status, StatusRequest,
+    ListLeases, Open, Opened, Output, OutputGap, Ping, Pong, Protect, Resize, Signal, Status,
+    StatusRequest,
 };
 use relay_protocol::{
     Binding, Capability, EndReason, ErrorReply, ExitStatus, Hello, Incarnation, LeaseInfo,
@@ -283,6 +284,39 @@ pub fn cases() -> Vec<Golden> {
             ),
             "ac02 1a 15 03617069027431026c32ef9bafcdf8acd1910107 01",
         ),
+        golden(
+            "open",
+            req(
+                16,
+                Request::Open(Open {
+                    pane: pane(),
+                    spec: SpawnSpec {
+                        command: strings(&["sh", "-c", "make test"]),
+                        cwd: None,
+                        term: None,
+                        size: size(),
+                        env: vec![],
+                    },
+                    resume_from: Some(0),
+                }),
+            ),
+            concat!(
+                "10 1b 23 03617069027431026c32 03 027368 022d63 096d616b652074657374 ",
+                "00 00 c80132 00 0100",
+            ),
+        ),
+        golden(
+            "open_from_now",
+            req(
+                17,
+                Request::Open(Open {
+                    pane: pane(),
+                    spec: SpawnSpec::default(),
+                    resume_from: None,
+                }),
+            ),
+            "11 1b 11 03617069027431026c32 00 00 00 5018 00 00",
+        ),
         // ---- responses ----
         golden("done", resp(6, Response::Done(Done {})), "06 808002 00"),
         golden(
@@ -425,6 +459,29 @@ pub fn cases() -> Vec<Golden> {
             concat!(
                 "0d 998002 1f 05302e312e30 ef9bafcdf8acd19101 a01f ",
                 "80d095ffbc31 c8dc03 01 02 03 00 01",
+            ),
+        ),
+        golden(
+            "opened",
+            resp(
+                16,
+                Response::Opened(Opened {
+                    created: Created {
+                        binding: binding(),
+                        existed: false,
+                    },
+                    attached: Attached {
+                        binding: binding(),
+                        replay_from: 0,
+                        end_offset: 12,
+                        lost: 0,
+                        size: size(),
+                    },
+                }),
+            ),
+            concat!(
+                "10 9b8002 2f 03617069027431026c32ef9bafcdf8acd1910107 00 ",
+                "03617069027431026c32ef9bafcdf8acd1910107 00 0c 00 c80132",
             ),
         ),
         // ---- error replies, one per kind (and both shapes of the optional fields) ----

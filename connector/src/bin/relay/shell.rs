@@ -1,9 +1,10 @@
-//! `relay shell` and `relay attach`: connect, (create,) attach with full replay, then pump
-//! keystrokes, window sizes and output until the shell exits or the user detaches with `~.`.
+//! `relay shell` and `relay attach`: connect, open (create-or-attach; create then attach with an
+//! agent before protocol 1.1) or attach, with full replay, then pump keystrokes, window sizes and
+//! output until the shell exits or the user detaches with `~.`.
 
 use anyhow::Context;
 use relay_connector::{PaneEvent, PaneHandle, Session};
-use relay_protocol::{Binding, ExitStatus, SpawnSpec};
+use relay_protocol::{Binding, Capability, ExitStatus, SpawnSpec};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -37,6 +38,7 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
         .with_context(|| format!("cannot reach the relay agent ({destination})"))?;
     let pane = args.pane_key();
     let size = terminal::size();
+    let mut opened = None;
     if mode == Mode::Shell {
         let spec = SpawnSpec {
             command: Vec::new(),
@@ -50,12 +52,28 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
             size: size.unwrap_or_default(),
             env: Vec::new(),
         };
-        session
-            .create(pane.clone(), spec)
-            .await
-            .with_context(|| format!("cannot create a shell for pane {pane}"))?;
+        if session.welcome().has(Capability::OPEN) {
+            // Create-or-attach in one step: a shell that exits at once is still seen whole.
+            opened = Some(
+                session
+                    .open(pane.clone(), spec, Some(0))
+                    .await
+                    .with_context(|| format!("cannot open a shell for pane {pane}"))?
+                    .1,
+            );
+        } else {
+            // An agent before protocol 1.1: create, then attach below.
+            session
+                .create(pane.clone(), spec)
+                .await
+                .with_context(|| format!("cannot create a shell for pane {pane}"))?;
+        }
     }
-    let handle = match session.attach(pane.clone(), None, Some(0)).await {
+    let attached = match opened {
+        Some(h) => Ok(h),
+        None => session.attach(pane.clone(), None, Some(0)).await,
+    };
+    let handle = match attached {
         Ok(h) => h,
         Err(e) if mode == Mode::Attach && (e.is_not_found() || e.is_ended()) => {
             let what = if e.is_ended() {
