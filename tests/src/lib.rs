@@ -75,18 +75,24 @@ impl TestHome {
 
     /// A fresh `RELAY_HOME` whose daemon gets these extra environment variables (e.g.
     /// `RELAY_WINDOW_BYTES`).
+    ///
+    /// The daemon and its shells also get `HOME` set to an empty directory inside it, so login
+    /// shells started by tests read no dotfiles of the machine's user (a slow or broken `~/.bashrc`
+    /// must not decide whether a test passes).
     pub fn with_env(env: &[(&str, &str)]) -> Self {
         let _ = bins();
-        TestHome {
-            dir: tempfile::Builder::new()
-                .prefix("relay-test-")
-                .tempdir()
-                .expect("temp dir"),
-            env: env
-                .iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
-                .collect(),
-        }
+        let dir = tempfile::Builder::new()
+            .prefix("relay-test-")
+            .tempdir()
+            .expect("temp dir");
+        let user_home = dir.path().join("home");
+        std::fs::create_dir(&user_home).expect("creating the shells' HOME");
+        let mut vars: Vec<(OsString, OsString)> = vec![("HOME".into(), user_home.into())];
+        vars.extend(
+            env.iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
+        TestHome { dir, env: vars }
     }
 
     /// The `RELAY_HOME` directory.

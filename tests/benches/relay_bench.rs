@@ -1,0 +1,262 @@
+//! relay benchmarks: pane create/close latency and output throughput, each next to a baseline
+//! measured in the same run (a plain PTY locally, plain `ssh` over SSH).
+//!
+//! ```text
+//! cargo build --release --workspace --bins
+//! cargo bench -p relay-tests --bench relay_bench            # local figures
+//! cargo bench -p relay-tests --bench relay_bench -- --ssh   # also SSH figures (needs Docker and
+//!                                                           # deploy/fixtures/build-images.sh)
+//! ```
+//!
+//! Figures are printed as a Markdown table to paste into `docs/performance.md`. This is not a test:
+//! nothing here asserts a speed.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+use relay_connector::{PaneEvent, PaneHandle, Session, Transport};
+use relay_protocol::{PaneKey, SpawnSpec};
+use relay_tests::TestHome;
+
+/// The throughput workload of the issue: about 20.9 MB of text.
+const SEQ: [&str; 3] = ["seq", "1", "3000000"];
+const LATENCY_RUNS: usize = 30;
+const THROUGHPUT_RUNS: usize = 3;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let mut rows = Vec::new();
+
+    let home = TestHome::new();
+    let session = home.session().await;
+    local(&session, &mut rows).await?;
+    drop(session);
+
+    if args.iter().any(|a| a == "--ssh") {
+        ssh::run(&mut rows).await?;
+    }
+
+    println!("\n| measurement | relay (median) | baseline (median) | baseline |");
+    println!("|---|---|---|---|");
+    for r in &rows {
+        println!("| {} | {} | {} | {} |", r.0, r.1, r.2, r.3);
+    }
+    Ok(())
+}
+
+type Row = (String, String, String, String);
+
+async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    // Pane create: open a pane whose shell prints a marker, until the marker arrives.
+    let mut create = Vec::new();
+    let mut close = Vec::new();
+    for i in 0..LATENCY_RUNS {
+        let pane = PaneKey::new("bench", "create", i.to_string());
+        let cmd = ["sh", "-c", "printf ready; exec cat"];
+        let t = Instant::now();
+        let mut handle = open(session, pane, &cmd).await?;
+        read_to(&mut handle, |text, _| text.contains("ready")).await?;
+        create.push(t.elapsed());
+        let binding = handle.binding().clone();
+        let t = Instant::now();
+        session.kill(&binding).await?;
+        read_to(&mut handle, |_, exited| exited).await?;
+        close.push(t.elapsed());
+    }
+    let mut plain = Vec::new();
+    for _ in 0..LATENCY_RUNS {
+        let t = Instant::now();
+        plain_pty(&["sh", "-c", "printf ready"], Some(b"ready"))?;
+        plain.push(t.elapsed());
+    }
+    rows.push(row(
+        "local pane create → first output",
+        &create,
+        &plain,
+        "plain PTY spawn → first output",
+    ));
+    rows.push(row("local pane kill → exit event", &close, &[], "—"));
+
+    // Throughput.
+    let mut relay_rate = Vec::new();
+    let mut plain_rate = Vec::new();
+    for i in 0..THROUGHPUT_RUNS {
+        let pane = PaneKey::new("bench", "seq", i.to_string());
+        let t = Instant::now();
+        let mut handle = open(session, pane, &SEQ).await?;
+        let bytes = read_to(&mut handle, |_, exited| exited).await?;
+        relay_rate.push(rate(bytes, t.elapsed()));
+        let t = Instant::now();
+        let bytes = plain_pty(&SEQ, None)?;
+        plain_rate.push(rate(bytes, t.elapsed()));
+    }
+    rows.push(rate_row(
+        "local `seq 1 3000000` throughput",
+        &relay_rate,
+        &plain_rate,
+        "same command in a plain PTY",
+    ));
+    Ok(())
+}
+
+/// Opens a pane running `cmd` and attaches from offset 0.
+async fn open(session: &Session, pane: PaneKey, cmd: &[&str]) -> anyhow::Result<PaneHandle> {
+    let spec = SpawnSpec {
+        command: cmd.iter().map(|s| s.to_string()).collect(),
+        ..SpawnSpec::default()
+    };
+    let (_, handle) = session.open(pane, spec, Some(0)).await?;
+    Ok(handle)
+}
+
+/// Reads events until `done(text_so_far_tail, exited)`; returns the output byte count.
+async fn read_to(
+    handle: &mut PaneHandle,
+    done: impl Fn(&str, bool) -> bool,
+) -> anyhow::Result<u64> {
+    let mut bytes = 0u64;
+    let mut tail = String::new();
+    let mut exited = false;
+    while !done(&tail, exited) {
+        match tokio::time::timeout(Duration::from_secs(120), handle.next()).await? {
+            Some(PaneEvent::Output { data, .. }) => {
+                bytes += data.len() as u64;
+                if tail.len() < 64 {
+                    tail.push_str(&String::from_utf8_lossy(&data));
+                }
+            }
+            Some(PaneEvent::Exited { .. }) => exited = true,
+            Some(PaneEvent::Gap { from, to }) => anyhow::bail!("gap {from}..{to} in a benchmark"),
+            Some(PaneEvent::Disconnected { reason }) => anyhow::bail!("disconnected: {reason}"),
+            None => anyhow::bail!("pane stream ended"),
+        }
+    }
+    Ok(bytes)
+}
+
+/// Runs `cmd` in a plain PTY and reads until `until` is seen or EOF; returns bytes read.
+fn plain_pty(cmd: &[&str], until: Option<&[u8]>) -> anyhow::Result<u64> {
+    let pair = native_pty_system().openpty(PtySize::default())?;
+    let mut builder = CommandBuilder::new(cmd[0]);
+    builder.args(&cmd[1..]);
+    let mut child = pair.slave.spawn_command(builder)?;
+    drop(pair.slave);
+    let mut reader = pair.master.try_clone_reader()?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut seen = Vec::new();
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break, // EIO at hang-up is the PTY's EOF.
+            Ok(n) => n,
+        };
+        total += n as u64;
+        if let Some(needle) = until {
+            seen.extend_from_slice(&buf[..n]);
+            if seen.windows(needle.len()).any(|w| w == needle) {
+                break;
+            }
+        }
+    }
+    child.wait()?;
+    Ok(total)
+}
+
+fn rate(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / elapsed.as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn ms(d: &[Duration]) -> String {
+    if d.is_empty() {
+        return "—".into();
+    }
+    format!(
+        "{:.1} ms",
+        median(d.iter().map(|d| d.as_secs_f64() * 1e3).collect())
+    )
+}
+
+fn row(what: &str, relay: &[Duration], base: &[Duration], base_name: &str) -> Row {
+    (what.into(), ms(relay), ms(base), base_name.into())
+}
+
+fn rate_row(what: &str, relay: &[f64], base: &[f64], base_name: &str) -> Row {
+    let fmt = |v: &[f64]| format!("{:.1} MB/s", median(v.to_vec()) / 1e6);
+    (what.into(), fmt(relay), fmt(base), base_name.into())
+}
+
+mod ssh {
+    //! SSH figures against a fixture container: deploy to a fresh host, re-connect when
+    //! deployed, and throughput next to plain `ssh` on the same container.
+
+    use super::*;
+    use relay_tests::fixture::SshHost;
+
+    pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+        let host = SshHost::start().await?;
+        let transport = host.transport(&relay_tests::bins().agent)?;
+
+        let t = Instant::now();
+        let session = Session::connect(&transport, "relay-bench").await?;
+        let deploy = t.elapsed();
+        drop(session);
+        rows.push(row(
+            "ssh first connect incl. deploy to a fresh host",
+            &[deploy],
+            &[],
+            "—",
+        ));
+
+        let mut reconnect = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let s = Session::connect(&transport, "relay-bench").await?;
+            s.ping().await?;
+            reconnect.push(t.elapsed());
+        }
+        let mut plain_connect = Vec::new();
+        for _ in 0..5 {
+            let t = Instant::now();
+            let out = host.plain_ssh(&["true"]).output()?;
+            anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
+            plain_connect.push(t.elapsed());
+        }
+        rows.push(row(
+            "ssh re-connect (already deployed) → agent answers",
+            &reconnect,
+            &plain_connect,
+            "`ssh host true`",
+        ));
+
+        let session = Session::connect(&transport, "relay-bench").await?;
+        let mut relay_rate = Vec::new();
+        let mut plain_rate = Vec::new();
+        for i in 0..THROUGHPUT_RUNS {
+            let pane = PaneKey::new("bench", "ssh-seq", i.to_string());
+            let t = Instant::now();
+            let mut handle = open(&session, pane, &SEQ).await?;
+            let bytes = read_to(&mut handle, |_, exited| exited).await?;
+            relay_rate.push(rate(bytes, t.elapsed()));
+
+            let t = Instant::now();
+            let out = host.plain_ssh(&["-tt", "seq", "1", "3000000"]).output()?;
+            anyhow::ensure!(out.status.success(), "plain ssh failed");
+            plain_rate.push(rate(out.stdout.len() as u64, t.elapsed()));
+        }
+        rows.push(rate_row(
+            "ssh `seq 1 3000000` throughput",
+            &relay_rate,
+            &plain_rate,
+            "`ssh -tt host seq 1 3000000`",
+        ));
+        let _ = transport.describe();
+        Ok(())
+    }
+}
