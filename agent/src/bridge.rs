@@ -23,8 +23,9 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::paths::{annotate, Paths};
 
-/// How long the bridge waits for a daemon it started.
-const START_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the bridge waits for a daemon it started (it may first end PTY processes a killed
+/// daemon left behind, which takes up to the kill grace of 3 s).
+const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs the bridge until either side closes.
 ///
@@ -90,10 +91,9 @@ fn start_daemon(paths: &Paths, deadline: Instant) -> anyhow::Result<()> {
             if let Some(mut err) = child.stderr.take() {
                 let _ = err.read_to_string(&mut why);
             }
-            bail!(
-                "the agent daemon could not start ({status}): {}",
-                why.trim()
-            );
+            let why = why.trim();
+            let why = why.strip_prefix("relay-agent: error: ").unwrap_or(why);
+            bail!("the agent daemon could not start ({status}): {why}");
         }
         if Instant::now() >= deadline {
             let _ = child.kill();

@@ -20,9 +20,10 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::dispatch::dispatch;
-use crate::session::Session;
+use crate::session::{PeerTerms, Session};
 use crate::state::State;
 
 /// How long a new connection may take to send Hello.
@@ -36,9 +37,15 @@ static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 type Frames = FramedRead<OwnedReadHalf, FrameCodec>;
 
-/// Serves one accepted connection until it closes or `cancel` fires.
+/// Serves one accepted connection until it closes or `cancel` fires. Everything it logs carries
+/// the span `conn{id, client}` (client id once Hello arrived).
 pub async fn serve(stream: UnixStream, state: State, cancel: CancellationToken) {
     let conn = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
+    let span = tracing::info_span!("conn", id = conn, client = tracing::field::Empty);
+    serve_in_span(stream, state, cancel).instrument(span).await;
+}
+
+async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationToken) {
     let _counted = state.connection();
     let (rd, wr) = stream.into_split();
     let mut frames = FramedRead::new(rd, FrameCodec::new(DEFAULT_MAX_FRAME));
@@ -50,30 +57,36 @@ pub async fn serve(stream: UnixStream, state: State, cancel: CancellationToken) 
     let (id, hello) = match read_hello(first) {
         Ok(h) => h,
         Err(reason) => {
-            tracing::warn!("closing connection {conn}: {reason}");
+            tracing::warn!("closing connection: {reason}");
             return;
         }
     };
-    // Never send more than the peer accepts (with a floor that still fits every reply).
-    let peer_max = hello.max_frame.max(4096);
+    tracing::Span::current().record("client", tracing::field::debug(short(&hello.client_id)));
+    // Never send more than the peer accepts; a Hello below the protocol's minimum is refused.
+    let peer_max = hello.max_frame.max(DEFAULT_MAX_FRAME);
     let chunk = (MAX_OUTPUT_CHUNK as u32).min(peer_max - ENVELOPE_SLACK) as usize;
     let (out, out_rx) = mpsc::channel(state.config().connection_queue);
-    let writer = tokio::spawn(write_loop(wr, out_rx, peer_max));
+    let writer = tokio::spawn(write_loop(wr, out_rx, peer_max).in_current_span());
 
     if let Err(refusal) = check_hello(&hello, &state) {
-        tracing::warn!("closing connection {conn}: {refusal}");
+        tracing::warn!("closing connection: {refusal}");
         let _ = out
             .send(Message::Response(id, Response::Error(refusal)))
             .await;
         finish(out, writer).await;
         return;
     }
+    let credit = hello.capabilities.iter().any(|c| c.0 == Capability::CREDIT);
     tracing::info!(
-        "connection {conn}: client {:?} version {} protocol {}.{}",
-        hello.client_id,
-        hello.client_version,
+        "client version {} protocol {}.{}{}",
+        short(&hello.client_version),
         hello.major,
-        hello.minor
+        hello.minor,
+        if credit {
+            ""
+        } else {
+            " without credit (output is not windowed)"
+        }
     );
     let welcome = welcome(&state, chunk);
     if out
@@ -84,14 +97,28 @@ pub async fn serve(stream: UnixStream, state: State, cancel: CancellationToken) 
         return;
     }
 
-    let mut session = Session::new(state, out.clone(), chunk);
+    let terms = PeerTerms {
+        chunk,
+        max_frame: peer_max,
+        credit,
+    };
+    let mut session = Session::new(state, out.clone(), terms);
     let reason = tokio::select! {
         _ = cancel.cancelled() => "daemon shutting down".to_string(),
         reason = read_loop(&mut frames, &mut session, &out) => reason,
     };
-    tracing::debug!("connection {conn} ends: {reason}");
+    tracing::debug!("connection ends: {reason}");
     drop(session);
     finish(out, writer).await;
+}
+
+/// A peer-supplied string cut for logging (at most 64 characters).
+fn short(s: &str) -> String {
+    const MAX: usize = 64;
+    match s.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
 }
 
 /// Reads and dispatches requests until the connection must close; returns why. Malformed input is
@@ -192,7 +219,8 @@ fn read_hello(first: FirstFrame) -> Result<(u64, Hello), String> {
     }
 }
 
-/// Magic and major version must match.
+/// Magic and major version must match, and `max_frame` must be at least the protocol's minimum
+/// (the 1 MiB default: docs/protocol.md §2).
 fn check_hello(hello: &Hello, state: &State) -> Result<(), ErrorReply> {
     let agent = &state.config().advertise_version;
     if hello.magic != MAGIC {
@@ -212,7 +240,16 @@ fn check_hello(hello: &Hello, state: &State) -> Result<(), ErrorReply> {
         return Err(ErrorReply::Incompatible {
             message: format!(
                 "connector {} speaks protocol {}.{}, agent {agent} speaks {PROTOCOL_MAJOR}.{PROTOCOL_MINOR}; {fix}",
-                hello.client_version, hello.major, hello.minor
+                short(&hello.client_version), hello.major, hello.minor
+            ),
+        });
+    }
+    if hello.max_frame < DEFAULT_MAX_FRAME {
+        return Err(ErrorReply::Incompatible {
+            message: format!(
+                "the connector announced max_frame {} bytes, below the minimum of \
+                 {DEFAULT_MAX_FRAME} bytes every peer must accept; fix or upgrade the connector",
+                hello.max_frame
             ),
         });
     }

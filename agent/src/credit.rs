@@ -8,6 +8,10 @@
 //! Gap bytes were never sent, so they must not count as in flight: a connector that acknowledged
 //! everything it received before a gap must get credit again even though its acks are still below
 //! the gap's end. The pending gaps are kept (a few entries) until acks pass them.
+//!
+//! A connector that did not list the `credit` capability never sends `Ack`; its subscriptions use
+//! [`Credit::unlimited`], where everything sent counts as acknowledged (the connection's bounded
+//! queue still limits what is buffered).
 
 use std::collections::VecDeque;
 
@@ -24,6 +28,8 @@ pub struct Credit {
     acked: u64,
     /// Skipped ranges `from..to` not yet fully passed by `acked`, oldest first.
     gaps: VecDeque<(u64, u64)>,
+    /// No acks will come: what is sent counts as acknowledged.
+    implicit_acks: bool,
 }
 
 impl Credit {
@@ -35,6 +41,16 @@ impl Credit {
             sent: start,
             acked: start,
             gaps: VecDeque::new(),
+            implicit_acks: false,
+        }
+    }
+
+    /// A subscription without flow control (the peer does not send acks), starting at `start`.
+    pub fn unlimited(start: u64) -> Self {
+        Credit {
+            window: u64::MAX,
+            implicit_acks: true,
+            ..Credit::new(1, start)
         }
     }
 
@@ -64,14 +80,21 @@ impl Credit {
     /// Records that `n` bytes were sent at the cursor.
     pub fn on_sent(&mut self, n: u64) {
         self.sent += n;
+        if self.implicit_acks {
+            self.acked = self.sent;
+        }
     }
 
     /// Records that `from..to` was skipped (reported as a gap). `from` must be the cursor.
     pub fn on_gap(&mut self, from: u64, to: u64) {
         debug_assert_eq!(from, self.sent, "a gap starts at the cursor");
         if to > from {
-            self.gaps.push_back((from, to));
             self.sent = to;
+            if self.implicit_acks {
+                self.acked = to;
+            } else {
+                self.gaps.push_back((from, to));
+            }
         }
     }
 
@@ -179,6 +202,24 @@ mod tests {
         assert_eq!(c.allowance(), 0, "gap list is full");
         assert!(c.on_ack(at));
         assert_eq!(c.allowance(), 1_000);
+    }
+
+    /// Without the credit capability nothing is ever in flight: no window, and gaps do not pile
+    /// up (a peer that never acks must not stall after `MAX_PENDING_GAPS` gaps).
+    #[test]
+    fn unlimited_credit_never_stops_forwarding() {
+        let mut c = Credit::unlimited(10);
+        let mut at = 10;
+        for _ in 0..(2 * MAX_PENDING_GAPS) {
+            c.on_sent(1 << 20);
+            at += 1 << 20;
+            c.on_gap(at, at + 100);
+            at += 100;
+        }
+        assert_eq!(c.cursor(), at);
+        assert_eq!(c.in_flight(), 0);
+        assert_eq!(c.allowance(), u64::MAX);
+        assert!(!c.on_ack(5), "acks change nothing");
     }
 
     #[test]

@@ -10,11 +10,12 @@
 //! already running: exit 0) or failed (exit 1 with the reason on stderr). Killing whoever started
 //! it (a bridge, its process group, the SSH session) cannot reach the daemon or its PTYs.
 //!
-//! Shutdown (SIGTERM/SIGINT): stop accepting, close connections, seal the journal, then **end the
-//! PTYs** (SIGHUP to each process group, SIGKILL to survivors after the kill grace). A PTY cannot
-//! outlive its daemon anyway (the master side closes), so ending them is explicit and bounded;
-//! the journal still lists them as live, and the next incarnation reports them as ended with
-//! reason `AgentRestarted`.
+//! Shutdown (SIGTERM/SIGINT): stop accepting, close connections, then **end the PTYs** (SIGHUP to
+//! each process group, SIGKILL to survivors after the kill grace), recording each end with reason
+//! `AgentRestarted` (exit status left out, output figures kept), and seal the journal. A PTY cannot
+//! be reattached once its daemon is gone (the master side closes), so ending them is explicit and
+//! bounded. After a SIGKILL of the daemon nothing is recorded; the next incarnation ends any PTY
+//! process still running (see [`crate::orphan`]) and reports those leases the same way.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};

@@ -4,6 +4,7 @@
 
 use relay_protocol::message::{Done, Leases, Pong};
 use relay_protocol::{ErrorReply, Message, Request, Response};
+use tracing::Instrument;
 
 use crate::session::Session;
 
@@ -20,13 +21,14 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         Request::Ping(p) => Ok(Response::Pong(Pong { nonce: p.nonce })),
         Request::Create(c) => {
             let out = session.out().clone();
-            tokio::spawn(async move {
+            let task = async move {
                 let reply = state
                     .create(c)
                     .await
                     .map_or_else(Response::Error, Response::Created);
                 let _ = out.send(Message::Response(id, reply)).await;
-            });
+            };
+            tokio::spawn(task.in_current_span());
             return None;
         }
         Request::Attach(a) => session.attach(a).map(Response::Attached),
@@ -36,7 +38,7 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         Request::Kill(k) => state.kill(k).map(done),
         Request::Detach(d) => session.detach(d).map(done),
         Request::ListLeases(_) => Ok(Response::Leases(Leases {
-            leases: state.leases(),
+            leases: session.list_leases(),
         })),
         Request::Ack(a) => {
             session.ack(a);

@@ -2,24 +2,29 @@
 //!
 //! Why it exists: after a daemon restart the agent must be able to say "this PTY existed and ended
 //! because the agent restarted" (proven dead) instead of "never heard of it" (DESIGN §4). On start
-//! the journal is replayed into the new incarnation's [`LeaseTable`]; every lease of an earlier
-//! incarnation that has no end record is ended with [`EndReason::AgentRestarted`] (exit unknown),
-//! and the file is rewritten with the surviving records (temp file + rename, so a crash leaves
-//! either the old or the new journal). The table bounds the ended history, so the rewrite does too.
+//! the journal is [`load`]ed and replayed into the new incarnation's [`LeaseTable`]; the caller
+//! ends what the previous daemon left behind, and [`Journal::start`] rewrites the file with the
+//! surviving records (temp file + rename, so a crash leaves either the old or the new journal).
+//! The table bounds the ended history, so the rewrite does too.
 //!
-//! A line that does not parse (e.g. a half-written last line after a crash) is skipped and
-//! counted; it never stops the daemon.
+//! Robustness:
+//! - A line that does not parse (a half-written last line after a crash, a line cut inside a
+//!   multi-byte character, garbage) is skipped and logged with its line number; it never stops
+//!   the daemon. Lines are read as bytes, never as one UTF-8 string.
+//! - An append that fails (disk full) is cut back to the last complete line, so the next record
+//!   never lands glued onto a partial one; if even that fails, the next append repairs first.
+//! - The file holds command lines, so it is created with mode 0600.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use relay_protocol::{Binding, EndReason, ExitStatus, Incarnation, PtyId, TermSize};
 use serde::{Deserialize, Serialize};
 
 use crate::lease::{Lease, LeaseTable, Phase};
-use crate::paths::annotate;
 
 /// Appended lines after which the journal is rewritten from the table while running.
 const COMPACT_AFTER_LINES: usize = 10_000;
@@ -40,6 +45,10 @@ pub enum Record {
         size: TermSize,
         /// Creation time, ms since the Unix epoch.
         at_ms: u64,
+        /// The child's start time, clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+        /// Absent in records of older agents.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_ticks: Option<u64>,
     },
     /// A PTY ended.
     Ended {
@@ -72,8 +81,82 @@ pub struct LoadReport {
     pub records: usize,
     /// Lines skipped because they did not parse or did not fit the table.
     pub skipped: usize,
-    /// Leases of earlier incarnations now ended as `AgentRestarted`.
+    /// Leases of earlier incarnations now ended as `AgentRestarted` (filled in by the caller).
     pub restarted: Vec<PtyId>,
+}
+
+/// The readable records of a journal file, in order, with their 1-based line numbers.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    records: Vec<(usize, Record)>,
+    unreadable: usize,
+}
+
+/// Reads the journal at `path` (a missing file is empty). Lines that are not a record are skipped
+/// with a warning naming the line number; they are counted in [`LoadReport::skipped`].
+///
+/// # Errors
+/// IO errors opening or reading the file (not its contents), naming the path.
+pub fn load(path: &Path) -> io::Result<Loaded> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Loaded::default()),
+        Err(e) => return Err(error(e, "open", path)),
+    };
+    let mut loaded = Loaded::default();
+    for (i, line) in BufReader::new(file).split(b'\n').enumerate() {
+        let line = line.map_err(|e| error(e, "read", path))?;
+        let number = i + 1;
+        if line.trim_ascii().is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<Record>(&line) {
+            Ok(rec) => loaded.records.push((number, rec)),
+            Err(e) => {
+                tracing::warn!(
+                    "lease journal {} line {number}: skipped, not a readable record ({e}); \
+                     a line cut short by a crash or a full disk looks like this",
+                    path.display()
+                );
+                loaded.unreadable += 1;
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+impl Loaded {
+    /// Incarnations the records name, so a new daemon can pick one that never occurred before.
+    pub fn incarnations(&self) -> HashSet<Incarnation> {
+        self.records
+            .iter()
+            .filter_map(|(_, r)| match r {
+                Record::Created { binding, .. } => Some(binding.pty.incarnation),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Replays the records into `table`; records that do not fit it (an end of an unknown PTY, a
+    /// duplicate) are skipped with a warning naming the line.
+    pub fn apply(self, table: &mut LeaseTable) -> LoadReport {
+        let mut report = LoadReport {
+            skipped: self.unreadable,
+            ..LoadReport::default()
+        };
+        for (number, rec) in self.records {
+            if apply(table, rec) {
+                report.records += 1;
+            } else {
+                tracing::warn!(
+                    "lease journal line {number}: skipped, it does not fit the earlier records \
+                     (unknown or duplicate PTY)"
+                );
+                report.skipped += 1;
+            }
+        }
+        report
+    }
 }
 
 /// The open journal file.
@@ -81,85 +164,68 @@ pub struct LoadReport {
 pub struct Journal {
     path: PathBuf,
     file: File,
+    /// File length up to the last complete line.
+    len: u64,
+    /// A failed append could not be cut back; the next append does that first.
+    torn: bool,
     appended: usize,
     sealed: bool,
 }
 
 impl Journal {
-    /// Replays the journal at `path` (missing file = empty) into `table`, ends leases of
-    /// earlier incarnations, rewrites the file compactly and opens it for appending.
+    /// Removes a temp file a crashed rewrite may have left, rewrites the journal at `path` from
+    /// `table` (compacting it) and opens it for appending.
     ///
     /// # Errors
-    /// IO errors reading, rewriting or opening the journal, naming the path.
-    pub fn open(
-        path: &Path,
-        table: &mut LeaseTable,
-        now_ms: u64,
-    ) -> io::Result<(Self, LoadReport)> {
-        let mut report = LoadReport::default();
-        match File::open(path) {
-            Ok(f) => {
-                for line in BufReader::new(f).lines() {
-                    let line = line.map_err(|e| annotate(e, "read", path))?;
-                    if line.trim().is_empty() {
-                        continue;
-                    }
-                    let applied = serde_json::from_str::<Record>(&line)
-                        .ok()
-                        .is_some_and(|rec| apply(table, rec));
-                    if applied {
-                        report.records += 1;
-                    } else {
-                        report.skipped += 1;
-                    }
-                }
-            }
+    /// IO errors rewriting or opening the journal, naming the path and the fix.
+    pub fn start(path: &Path, table: &LeaseTable) -> io::Result<Self> {
+        let tmp = tmp_path(path);
+        match fs::remove_file(&tmp) {
+            Ok(()) => tracing::info!("removed {} left by an interrupted rewrite", tmp.display()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(annotate(e, "open", path)),
+            Err(e) => return Err(error(e, "remove", &tmp)),
         }
-        report.restarted = table.end_previous_incarnations(now_ms);
         rewrite(path, table)?;
-        let journal = Journal {
+        let (file, len) = open_append(path)?;
+        Ok(Journal {
             path: path.to_path_buf(),
-            file: open_append(path)?,
+            file,
+            len,
+            torn: false,
             appended: 0,
             sealed: false,
-        };
-        Ok((journal, report))
+        })
     }
 
-    /// Incarnations named by the journal at `path` (missing file = none), so a new daemon can
-    /// pick an incarnation that never occurred before.
-    ///
-    /// # Errors
-    /// IO errors reading the journal.
-    pub fn incarnations(path: &Path) -> io::Result<HashSet<Incarnation>> {
-        let text = match fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
-            Err(e) => return Err(annotate(e, "read", path)),
-        };
-        Ok(text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Record>(l).ok())
-            .filter_map(|r| match r {
-                Record::Created { binding, .. } => Some(binding.pty.incarnation),
-                _ => None,
-            })
-            .collect())
+    /// The journal's path.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
-    /// Appends one record as a line. Does nothing once [`Journal::seal`]ed.
+    /// Appends one record as a line. Does nothing once [`Journal::seal`]ed. On failure the file is
+    /// cut back to its last complete line (or repaired by the next append), so no partial line
+    /// stays in front of later records.
     ///
     /// # Errors
-    /// IO errors writing the line.
+    /// IO errors writing the line (e.g. disk full), naming the path and the fix.
     pub fn append(&mut self, rec: &Record) -> io::Result<()> {
         if self.sealed {
             return Ok(());
         }
         let mut line = serde_json::to_vec(rec).map_err(io::Error::other)?;
         line.push(b'\n');
-        self.file.write_all(&line)?;
+        if self.torn {
+            self.file
+                .set_len(self.len)
+                .map_err(|e| error(e, "cut the partial last line of", &self.path))?;
+            self.torn = false;
+        }
+        if let Err(e) = self.file.write_all(&line) {
+            // O_APPEND: the next write goes to the (cut back) end, i.e. a line boundary.
+            self.torn = self.file.set_len(self.len).is_err();
+            return Err(error(e, "append to", &self.path));
+        }
+        self.len += line.len() as u64;
         self.appended += 1;
         Ok(())
     }
@@ -172,23 +238,25 @@ impl Journal {
     /// Rewrites the journal from `table` (atomically) and continues appending to the new file.
     ///
     /// # Errors
-    /// IO errors; the old journal stays in place then.
+    /// IO errors, naming the path and the fix; the old journal stays in place then.
     pub fn compact(&mut self, table: &LeaseTable) -> io::Result<()> {
         rewrite(&self.path, table)?;
-        self.file = open_append(&self.path)?;
+        (self.file, self.len) = open_append(&self.path)?;
+        self.torn = false;
         self.appended = 0;
         Ok(())
     }
 
-    /// Flushes to disk and stops recording: events after this (PTYs ended by the daemon's own
-    /// shutdown) are left out on purpose, so the next incarnation reports those leases as
-    /// ended with [`EndReason::AgentRestarted`].
+    /// Flushes to disk and stops recording: nothing after this (the daemon is stopping) is
+    /// written.
     ///
     /// # Errors
-    /// IO errors of the final fsync.
+    /// IO errors of the final fsync, naming the path.
     pub fn seal(&mut self) -> io::Result<()> {
         self.sealed = true;
-        self.file.sync_all()
+        self.file
+            .sync_all()
+            .map_err(|e| error(e, "flush", &self.path))
     }
 }
 
@@ -201,6 +269,7 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
             pid,
             size,
             at_ms,
+            start_ticks,
         } => {
             // A pane cannot have two live PTYs: an older unended one died with its daemon.
             if let Some(old) = table.live(&binding.pane).map(|l| l.binding.pty) {
@@ -208,6 +277,7 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
             }
             let mut lease = Lease::live(binding, pid, command, at_ms);
             lease.size = size;
+            lease.start_ticks = start_ticks;
             table.insert(lease).is_ok()
         }
         Record::Ended {
@@ -229,17 +299,23 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
     }
 }
 
+/// The `Created` record of a lease.
+pub fn created_record(l: &Lease) -> Record {
+    Record::Created {
+        binding: l.binding.clone(),
+        command: l.command.clone(),
+        pid: l.pid,
+        size: l.size,
+        at_ms: l.created_ms,
+        start_ticks: l.start_ticks,
+    }
+}
+
 /// The records that reproduce `table`'s leases.
 pub fn records_of(table: &LeaseTable) -> Vec<Record> {
     let mut out = Vec::new();
     for l in table.leases() {
-        out.push(Record::Created {
-            binding: l.binding.clone(),
-            command: l.command.clone(),
-            pid: l.pid,
-            size: l.size,
-            at_ms: l.created_ms,
-        });
+        out.push(created_record(l));
         if l.protected {
             out.push(Record::Protect {
                 pty: l.binding.pty,
@@ -260,131 +336,82 @@ pub fn records_of(table: &LeaseTable) -> Vec<Record> {
     out
 }
 
-fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| annotate(e, "open", path))
+/// Adds what was being done, to which path, and the fix to an IO error of the journal.
+pub fn error(e: io::Error, what: &str, path: &Path) -> io::Error {
+    let dir = path.parent().unwrap_or(Path::new("/")).display();
+    let fix = match e.raw_os_error() {
+        Some(code) if code == nix::libc::ENOSPC || code == nix::libc::EDQUOT => {
+            format!("free disk space in {dir} (or raise the quota) and retry")
+        }
+        Some(code)
+            if code == nix::libc::EACCES
+                || code == nix::libc::EPERM
+                || code == nix::libc::EROFS =>
+        {
+            format!("make {dir} writable by this user and retry")
+        }
+        _ => format!("check {dir} and its file system"),
+    };
+    io::Error::new(e.kind(), format!("{what} {}: {e}; {fix}", path.display()))
 }
 
-/// Writes `table` to `path` via a temp file, fsync and rename.
+fn tmp_path(path: &Path) -> PathBuf {
+    path.with_extension("journal.tmp")
+}
+
+/// Opens the journal for appending (mode 0600 when created); returns it and its length.
+fn open_append(path: &Path) -> io::Result<(File, u64)> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| error(e, "open", path))?;
+    let len = file
+        .metadata()
+        .map_err(|e| error(e, "inspect", path))?
+        .len();
+    Ok((file, len))
+}
+
+/// Writes `table` to `path` via a temp file (mode 0600), fsync and rename. A failed rewrite
+/// removes its temp file and leaves the old journal in place.
 fn rewrite(path: &Path, table: &LeaseTable) -> io::Result<()> {
-    let tmp = path.with_extension("journal.tmp");
-    let mut out = io::BufWriter::new(File::create(&tmp).map_err(|e| annotate(e, "create", &tmp))?);
-    for rec in records_of(table) {
-        serde_json::to_writer(&mut out, &rec).map_err(io::Error::other)?;
-        out.write_all(b"\n")?;
+    let tmp = tmp_path(path);
+    let result = write_records(&tmp, table).and_then(|()| {
+        fs::rename(&tmp, path).map_err(|e| error(e, &format!("rename {} to", tmp.display()), path))
+    });
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+        return result;
     }
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    file.sync_all()?;
-    fs::rename(&tmp, path).map_err(|e| annotate(e, "rename journal to", path))?;
     if let Some(dir) = path.parent() {
-        File::open(dir)?.sync_all()?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| error(e, "sync directory", dir))?;
     }
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use relay_protocol::{LeaseState, PaneKey};
-
-    fn binding(leaf: &str, inc: u64, counter: u64) -> Binding {
-        Binding {
-            pane: PaneKey::new("w", "t", leaf),
-            pty: PtyId {
-                incarnation: Incarnation(inc),
-                counter,
-            },
-        }
+fn write_records(tmp: &Path, table: &LeaseTable) -> io::Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(tmp)
+        .map_err(|e| error(e, "create", tmp))?;
+    let mut out = io::BufWriter::new(file);
+    for rec in records_of(table) {
+        serde_json::to_writer(&mut out, &rec).map_err(|e| error(e.into(), "write", tmp))?;
+        out.write_all(b"\n").map_err(|e| error(e, "write", tmp))?;
     }
-
-    fn created(b: &Binding) -> Record {
-        Record::Created {
-            binding: b.clone(),
-            command: vec!["sh".into()],
-            pid: Some(42),
-            size: TermSize::default(),
-            at_ms: 1,
-        }
-    }
-
-    #[test]
-    fn restart_ends_unended_leases_and_keeps_ended_records() {
-        let dir = std::env::temp_dir().join(format!("relay-journal-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("leases.journal");
-        let live = binding("live", 1, 1);
-        let done = binding("done", 1, 2);
-        let exit = ExitStatus {
-            code: 3,
-            signal: None,
-        };
-        let mut text = String::new();
-        for rec in [
-            created(&live),
-            created(&done),
-            Record::Protect {
-                pty: live.pty,
-                protected: true,
-            },
-            Record::Ended {
-                pty: done.pty,
-                exit: Some(exit.clone()),
-                reason: EndReason::Exited,
-                bytes_out: 9,
-                last_output_ms: Some(5),
-                at_ms: 6,
-            },
-        ] {
-            text += &serde_json::to_string(&rec).unwrap();
-            text += "\n";
-        }
-        text += "{\"event\":\"crea"; // A torn last line.
-        fs::write(&path, text).unwrap();
-
-        let mut table = LeaseTable::new(Incarnation(2), 10);
-        let (_j, report) = Journal::open(&path, &mut table, 100).unwrap();
-        assert_eq!(report.records, 4);
-        assert_eq!(report.skipped, 1);
-        assert_eq!(report.restarted, vec![live.pty]);
-        let rows: Vec<_> = table
-            .leases()
-            .map(|l| (l.binding.clone(), l.info()))
-            .collect();
-        assert_eq!(rows[0].0, done);
-        assert_eq!(rows[0].1.exit, Some(exit));
-        assert_eq!(rows[0].1.reason, Some(EndReason::Exited));
-        assert_eq!(rows[0].1.bytes_out, 9);
-        assert_eq!(rows[1].0, live);
-        assert_eq!(rows[1].1.state, LeaseState::Ended);
-        assert_eq!(rows[1].1.reason, Some(EndReason::AgentRestarted));
-        assert_eq!(rows[1].1.exit, None);
-        assert!(rows[1].1.protected);
-
-        // The rewritten journal reproduces the same table in a third incarnation.
-        let mut again = LeaseTable::new(Incarnation(3), 10);
-        let (_j, report) = Journal::open(&path, &mut again, 200).unwrap();
-        assert_eq!(report.skipped, 0);
-        assert!(report.restarted.is_empty());
-        let infos = |t: &LeaseTable| t.leases().map(|l| l.info()).collect::<Vec<_>>();
-        assert_eq!(infos(&again), infos(&table));
-        fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn sealed_journal_records_nothing() {
-        let dir = std::env::temp_dir().join(format!("relay-journal-seal-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("leases.journal");
-        let mut table = LeaseTable::new(Incarnation(5), 10);
-        let (mut j, _) = Journal::open(&path, &mut table, 0).unwrap();
-        j.append(&created(&binding("a", 5, 1))).unwrap();
-        j.seal().unwrap();
-        j.append(&created(&binding("b", 5, 2))).unwrap();
-        let text = fs::read_to_string(&path).unwrap();
-        fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(text.lines().count(), 1, "{text}");
-    }
+    let file = out
+        .into_inner()
+        .map_err(|e| error(e.into_error(), "write", tmp))?;
+    file.sync_all().map_err(|e| error(e, "sync", tmp))
 }
+
+#[cfg(test)]
+#[path = "journal_tests.rs"]
+mod tests;

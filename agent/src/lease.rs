@@ -48,6 +48,9 @@ pub struct Lease {
     pub phase: Phase,
     /// Process id of the PTY's child.
     pub pid: Option<u32>,
+    /// The child's start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`), so a
+    /// later daemon can tell the child from another process that reuses its pid.
+    pub start_ticks: Option<u64>,
     /// Command line that was started.
     pub command: Vec<String>,
     /// Current terminal size.
@@ -73,6 +76,7 @@ impl Lease {
             binding,
             phase: Phase::Live { attached: 0 },
             pid,
+            start_ticks: None,
             command,
             size: TermSize::default(),
             protected: false,
@@ -228,6 +232,20 @@ impl LeaseTable {
             self.note_ended(pty);
         }
         Ok(())
+    }
+
+    /// Forgets a lease entirely (no history), e.g. a PTY whose creation could not be journaled and
+    /// was ended again. Returns it, or `None` for an unknown PTY.
+    pub fn remove(&mut self, pty: &PtyId) -> Option<Lease> {
+        let pane = self.index.remove(pty)?;
+        let leases = self.panes.get_mut(&pane)?;
+        let at = leases.iter().position(|l| l.binding.pty == *pty)?;
+        let lease = leases.remove(at);
+        if leases.is_empty() {
+            self.panes.remove(&pane);
+        }
+        self.ended_order.retain(|p| p != pty);
+        Some(lease)
     }
 
     /// Rule C: the lease a mutation may act on. The pane's live PTY must be exactly
@@ -387,17 +405,18 @@ impl LeaseTable {
         }
     }
 
-    /// Ends every live or superseded lease of another incarnation with
-    /// [`EndReason::AgentRestarted`] (their daemon is gone, so their PTYs are too). Returns them.
+    /// Leases of another incarnation that have no end: their daemon is gone, so nothing can reach
+    /// their PTYs any more (the caller ends processes that outlived it before ending these).
+    pub fn stale(&self) -> impl Iterator<Item = &Lease> {
+        self.leases().filter(|l| {
+            l.binding.pty.incarnation != self.incarnation && !matches!(l.phase, Phase::Ended { .. })
+        })
+    }
+
+    /// Ends every [`LeaseTable::stale`] lease with [`EndReason::AgentRestarted`] (exit unknown).
+    /// Returns them.
     pub fn end_previous_incarnations(&mut self, now_ms: u64) -> Vec<PtyId> {
-        let stale: Vec<PtyId> = self
-            .leases()
-            .filter(|l| {
-                l.binding.pty.incarnation != self.incarnation
-                    && !matches!(l.phase, Phase::Ended { .. })
-            })
-            .map(|l| l.binding.pty)
-            .collect();
+        let stale: Vec<PtyId> = self.stale().map(|l| l.binding.pty).collect();
         for pty in &stale {
             self.end(pty, None, EndReason::AgentRestarted, now_ms);
         }

@@ -309,3 +309,28 @@ fn ended_history_is_bounded() {
         Err(ErrorReply::NotFound { .. })
     ));
 }
+
+/// `remove` undoes an insert completely: no history row, the pane can get a new live lease, and
+/// ended history bookkeeping is unaffected.
+#[test]
+fn removed_lease_leaves_no_trace() {
+    let mut t = fixture();
+    let before: Vec<PtyId> = t.leases().map(|l| l.binding.pty).collect();
+    let id = t.mint();
+    t.insert(Lease::live(binding("new", id), Some(20), vec![], 3))
+        .unwrap();
+    assert_eq!(t.remove(&id).map(|l| l.binding.pty), Some(id));
+    assert!(t.remove(&id).is_none(), "removed once");
+    assert!(t.get(&id).is_none());
+    assert!(matches!(
+        t.check_attach(&pane("new"), None),
+        Err(ErrorReply::NotFound { .. })
+    ));
+    let after: Vec<PtyId> = t.leases().map(|l| l.binding.pty).collect();
+    assert_eq!(after, before);
+    // The pane can be created again.
+    let again = t.mint();
+    t.insert(Lease::live(binding("new", again), Some(21), vec![], 4))
+        .unwrap();
+    assert_eq!(t.live(&pane("new")).map(|l| l.binding.pty), Some(again));
+}

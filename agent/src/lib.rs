@@ -17,11 +17,13 @@
 //! Sans-IO core (table-driven unit tests, no processes or sockets):
 //! - [`ring`]: replay ring with absolute offsets;
 //! - [`lease`]: lease table, PTY id minting, binding checks (rules B, C, D);
-//! - [`credit`]: per-subscription credit window.
+//! - [`credit`]: per-subscription credit window;
+//! - [`limits`]: request size limits and fitting `ListLeases` into a frame.
 //!
 //! IO around it:
 //! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill;
 //! - [`journal`]: the lease journal, replayed and compacted on start;
+//! - [`orphan`]: ending PTY processes that outlived a killed daemon, on the next start;
 //! - [`state`]: the shared daemon state handle (table + PTYs + journal);
 //! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
 //!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
@@ -44,7 +46,9 @@ pub mod daemon;
 pub mod dispatch;
 pub mod journal;
 pub mod lease;
+pub mod limits;
 pub mod logging;
+pub mod orphan;
 pub mod paths;
 pub mod pty;
 pub mod ring;

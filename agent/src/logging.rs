@@ -1,5 +1,14 @@
-//! Daemon logging: `$RELAY_HOME/log/agent.log` through tracing-appender, filtered by env
-//! `RELAY_LOG` (default `info`). The bridge never logs to stdout (it carries frames).
+//! Daemon logging: `$RELAY_HOME/log/agent.log` (mode 0600) through tracing-appender, filtered by
+//! env `RELAY_LOG` (default `info`). The bridge never logs to stdout (it carries frames).
+//!
+//! Colour: the file never gets ANSI escape codes; `--foreground` stderr only when it is a
+//! terminal. Text printed to stderr that is read by a program (the connector shows the bridge's
+//! stderr to the user) goes through [`plain`].
+
+use std::borrow::Cow;
+use std::fs::{self, OpenOptions};
+use std::io::IsTerminal;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
 use anyhow::Context;
 use tracing_appender::non_blocking::WorkerGuard;
@@ -7,14 +16,30 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer};
 
-use crate::paths::Paths;
+use crate::paths::{annotate, Paths};
+
+/// Name of the log file in the log directory.
+pub const LOG_FILE: &str = "agent.log";
 
 /// Installs the global subscriber. Keep the guard alive: dropping it flushes the log.
 ///
 /// # Errors
-/// When the log directory cannot be used or a subscriber is already installed.
+/// When the log file cannot be created or a subscriber is already installed.
 pub fn init(paths: &Paths, also_stderr: bool) -> anyhow::Result<WorkerGuard> {
-    let appender = tracing_appender::rolling::never(paths.log_dir(), "agent.log");
+    let path = paths.log_dir().join(LOG_FILE);
+    // Created private before the appender opens it; an older, wider file is tightened.
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| annotate(e, "create", &path))?;
+    let meta = fs::symlink_metadata(&path).map_err(|e| annotate(e, "inspect", &path))?;
+    if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
+            .map_err(|e| annotate(e, "chmod 0600", &path))?;
+    }
+    let appender = tracing_appender::rolling::never(paths.log_dir(), LOG_FILE);
     let (writer, guard) = tracing_appender::non_blocking(appender);
     let filter = || EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let file = fmt::layer()
@@ -23,6 +48,7 @@ pub fn init(paths: &Paths, also_stderr: bool) -> anyhow::Result<WorkerGuard> {
         .with_filter(filter());
     let stderr = also_stderr.then(|| {
         fmt::layer()
+            .with_ansi(std::io::stderr().is_terminal())
             .with_writer(std::io::stderr)
             .with_filter(filter())
     });
@@ -32,4 +58,50 @@ pub fn init(paths: &Paths, also_stderr: bool) -> anyhow::Result<WorkerGuard> {
         .try_init()
         .context("installing the log subscriber")?;
     Ok(guard)
+}
+
+/// `text` without ANSI escape sequences and other control characters (newlines and tabs stay),
+/// for messages a program reads from stderr.
+pub fn plain(text: &str) -> Cow<'_, str> {
+    let clean = |c: char| !c.is_control() || c == '\n' || c == '\t';
+    if text.chars().all(clean) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI `ESC [ params final` or a two-character escape `ESC x`.
+            if chars.next_if_eq(&'[').is_some() {
+                while chars.next().is_some_and(|p| !('@'..='~').contains(&p)) {}
+            } else {
+                chars.next();
+            }
+        } else if clean(c) {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_strips_escape_sequences_and_controls() {
+        let cases = [
+            ("no colour\nhere", "no colour\nhere"),
+            (
+                "\u{1b}[2m2026\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m daemon failed",
+                "2026 ERROR daemon failed",
+            ),
+            ("bell\u{7} and \u{1b}M reverse", "bell and  reverse"),
+            ("tab\tkept\r", "tab\tkept"),
+            ("cut \u{1b}[", "cut "),
+        ];
+        for (input, want) in cases {
+            assert_eq!(plain(input), want, "{input:?}");
+        }
+    }
 }

@@ -37,7 +37,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("relay-agent: error: {e:#}");
+            // Read by the connector (bridge) and shown to the user: no escape codes.
+            let message = format!("{e:#}");
+            eprintln!(
+                "relay-agent: error: {}",
+                relay_agent::logging::plain(&message)
+            );
             ExitCode::FAILURE
         }
     }

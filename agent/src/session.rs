@@ -12,9 +12,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use relay_protocol::message::{Ack, Attach, Attached, Create, Created, Detach, Open, Opened};
-use relay_protocol::{ErrorReply, Message, PtyId, Response};
+use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
+use crate::limits;
 use crate::pty::Pty;
 use crate::state::State;
 use crate::subscription::Subscription;
@@ -58,11 +60,23 @@ impl Drop for Counted {
     }
 }
 
+/// What the peer announced in its Hello that shapes this connection's traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerTerms {
+    /// Largest output payload per push, in bytes.
+    pub chunk: usize,
+    /// Largest frame body the peer accepts, in bytes.
+    pub max_frame: u32,
+    /// The peer listed the `credit` capability, so it sends acks; without it output is forwarded
+    /// without a window (only the connection's bounded queue applies).
+    pub credit: bool,
+}
+
 /// State of one client connection.
 pub struct Session {
     state: State,
     out: mpsc::Sender<Message>,
-    chunk: usize,
+    terms: PeerTerms,
     subs: HashMap<PtyId, Subscription>,
     staged: Vec<Staged>,
     opened_tx: mpsc::Sender<OpenDone>,
@@ -70,13 +84,13 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session sending on `out`, with output chunks of at most `chunk` bytes.
-    pub fn new(state: State, out: mpsc::Sender<Message>, chunk: usize) -> Self {
+    /// A session sending on `out` within `terms`.
+    pub fn new(state: State, out: mpsc::Sender<Message>, terms: PeerTerms) -> Self {
         let (opened_tx, opened_rx) = mpsc::channel(OPENED_QUEUE);
         Session {
             state,
             out,
-            chunk,
+            terms,
             subs: HashMap::new(),
             staged: Vec::new(),
             opened_tx,
@@ -95,11 +109,13 @@ impl Session {
     }
 
     /// Attach (rule B: never spawns). Re-attaching a PTY this connection already receives
-    /// restarts its output at the new offset.
+    /// restarts its output at the new offset; a refused re-attach changes nothing.
     ///
     /// # Errors
-    /// `NotFound`, `Ended`, `Mismatch`; `BadRequest` for a `resume_from` beyond the output end.
+    /// `NotFound`, `Ended`, `Mismatch`; `BadRequest` for a `resume_from` beyond the output end or
+    /// a malformed pane key, `LimitExceeded` for an oversized one.
     pub fn attach(&mut self, req: Attach) -> Result<Attached, ErrorReply> {
+        limits::check_pane(&req.pane)?;
         let pty = self.state.attach(&req.pane, req.expect)?;
         self.subscribe(pty, req.resume_from)
     }
@@ -109,7 +125,7 @@ impl Session {
     pub fn open(&self, id: u64, req: Open) {
         let state = self.state.clone();
         let done = self.opened_tx.clone();
-        tokio::spawn(async move {
+        let task = async move {
             let create = Create {
                 pane: req.pane,
                 spec: req.spec,
@@ -128,7 +144,8 @@ impl Session {
             };
             // Fails only when the session is gone; dropping `finished` gives the count back.
             let _ = done.send(finished).await;
-        });
+        };
+        tokio::spawn(task.in_current_span());
     }
 
     /// The next finished `Open` (pending forever while none is in flight).
@@ -151,18 +168,18 @@ impl Session {
     /// Stages this connection's subscription to `pty`, whose attach count the caller already
     /// took, from `resume_from` (see `Attach`). Works on a PTY that has ended meanwhile: the
     /// subscription delivers what the ring holds, then `Exited`. Shared by `Attach` and `Open`.
+    /// An earlier subscription of this connection to the PTY is replaced, but only once the new
+    /// one is accepted.
     ///
     /// # Errors
-    /// `BadRequest` for a `resume_from` beyond the output end (the attach count is given back).
+    /// `BadRequest` for a `resume_from` beyond the output end (the attach count is given back;
+    /// an earlier subscription keeps running).
     fn subscribe(
         &mut self,
         pty: Arc<Pty>,
         resume_from: Option<u64>,
     ) -> Result<Attached, ErrorReply> {
         let id = pty.binding().pty;
-        if self.subs.remove(&id).is_some() {
-            self.state.detached(&id);
-        }
         let (start, end) = {
             let ring = pty.ring().lock().unwrap_or_else(|p| p.into_inner());
             (ring.start(), ring.end())
@@ -181,6 +198,9 @@ impl Session {
             Some(r) if r < start => (start, start - r),
             Some(r) => (r, 0),
         };
+        if self.subs.remove(&id).is_some() {
+            self.state.detached(&id);
+        }
         let attached = Attached {
             binding: pty.binding().clone(),
             replay_from,
@@ -197,12 +217,33 @@ impl Session {
 
     /// Starts the subscriptions staged by [`Session::attach`]; call after queuing its reply.
     pub fn start_staged(&mut self) {
-        let window = self.state.config().window;
+        let window = self.terms.credit.then_some(self.state.config().window);
         for s in self.staged.drain(..) {
             let id = s.pty.binding().pty;
-            let sub = Subscription::start(s.pty, s.start, window, self.chunk, self.out.clone());
-            self.subs.insert(id, sub);
+            let sub =
+                Subscription::start(s.pty, s.start, window, self.terms.chunk, self.out.clone());
+            if self.subs.insert(id, sub).is_some() {
+                // Two stagings of one PTY in one request cannot happen; keep the count right.
+                self.state.detached(&id);
+            }
         }
+    }
+
+    /// `ListLeases`: every lease, cut to fit the peer's frame maximum (live leases and the newest
+    /// ended ones first; how many were left out is logged).
+    pub fn list_leases(&self) -> Vec<LeaseInfo> {
+        let all = self.state.leases();
+        let count = all.len();
+        let (leases, left_out) = limits::fit_leases(all, self.terms.max_frame);
+        if left_out > 0 {
+            tracing::warn!(
+                "ListLeases reply cut to {} of {count} leases to fit the frame maximum of {} \
+                 bytes (oldest ended leases left out first)",
+                leases.len(),
+                self.terms.max_frame
+            );
+        }
+        leases
     }
 
     /// Detach: fenced on the exact binding; stops this connection's output of that PTY.

@@ -6,7 +6,8 @@
 //!   missing or non-directory cwd, so it is checked here and refused with
 //!   [`ErrorReply::SpawnFailed`] naming the path. `~` and `~/...` expand to the home directory;
 //!   relative paths are taken from the home directory.
-//! - `TERM` from the spec (default `xterm-256color`), then the extra environment.
+//! - `TERM` from the spec (default `xterm-256color`, also for an empty one), then the extra
+//!   environment.
 
 use std::path::{Path, PathBuf};
 
@@ -57,7 +58,8 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         )
     };
     builder.cwd(&cwd);
-    builder.env("TERM", spec.term.as_deref().unwrap_or(DEFAULT_TERM));
+    let term = spec.term.as_deref().filter(|t| !t.is_empty());
+    builder.env("TERM", term.unwrap_or(DEFAULT_TERM));
     if std::env::var_os("HOME").is_none() {
         builder.env("HOME", &home);
     }
@@ -146,6 +148,28 @@ mod tests {
             }
         }
         std::fs::remove_file(&file).unwrap();
+    }
+
+    /// Regression: `term: ""` started programs with an empty TERM.
+    #[test]
+    fn empty_term_means_the_default() {
+        for (term, want) in [
+            (None, DEFAULT_TERM),
+            (Some(""), DEFAULT_TERM),
+            (Some("vt100"), "vt100"),
+        ] {
+            let spec = SpawnSpec {
+                term: term.map(str::to_string),
+                command: vec!["true".into()],
+                ..SpawnSpec::default()
+            };
+            let prepared = prepare(&spec).unwrap();
+            assert_eq!(
+                prepared.builder.get_env("TERM").and_then(|t| t.to_str()),
+                Some(want),
+                "term {term:?}"
+            );
+        }
     }
 
     #[test]

@@ -7,10 +7,14 @@
 //! serialized per pane by an async gate so two creates of one pane cannot both spawn (rule D)
 //! while creates of other panes proceed (rule F). `Open` runs the same create under that gate and
 //! counts its subscriber in the same book section, so no output or exit falls in between.
+//!
+//! A new PTY whose `Created` record cannot be journaled (disk full) is ended again and the create
+//! fails with `SpawnFailed`: a PTY the journal does not know would be invisible to the next
+//! incarnation (neither reported as ended nor ended as an orphan).
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -23,10 +27,13 @@ use relay_protocol::{
 };
 
 use crate::config::Config;
-use crate::journal::{Journal, LoadReport, Record};
+use crate::journal::{self, Journal, LoadReport, Record};
 use crate::lease::{Lease, LeaseTable};
-use crate::now_ms;
-use crate::pty::Pty;
+use crate::pty::{Pty, Spawned};
+use crate::{limits, now_ms, orphan};
+
+/// How long ending an unrecorded PTY may take.
+const UNRECORDED_WAIT: Duration = Duration::from_secs(2);
 
 /// Handle to the daemon's state; clones share it.
 #[derive(Clone)]
@@ -43,6 +50,8 @@ struct Inner {
     journal: Mutex<Journal>,
     gates: Mutex<HashMap<PaneKey, Arc<tokio::sync::Mutex<()>>>>,
     connections: AtomicU32,
+    /// Set by [`State::shutdown`]: PTYs ending now end because the daemon stops.
+    stopping: AtomicBool,
 }
 
 struct Book {
@@ -78,12 +87,16 @@ impl Drop for ConnectionGuard {
 
 impl State {
     /// A new incarnation whose table is loaded from (and compacts) the journal at `journal`.
+    /// Processes of earlier incarnations' leases that are still running (their daemon was killed)
+    /// are ended first (see [`crate::orphan`]); then those leases are ended as `AgentRestarted`.
+    /// Blocks for up to about the kill grace + 1 s when such a process ignores SIGHUP.
     ///
     /// # Errors
-    /// IO errors of the journal, naming its path.
+    /// IO errors of the journal, naming its path and the fix. Unreadable lines are not errors.
     pub fn open(config: Config, journal: &std::path::Path) -> io::Result<(State, LoadReport)> {
+        let loaded = journal::load(journal)?;
         // A new random incarnation; re-rolled in the (unlikely) case the journal knows it.
-        let known = Journal::incarnations(journal)?;
+        let known = loaded.incarnations();
         let incarnation = loop {
             let candidate = Incarnation(rand::random());
             if !known.contains(&candidate) {
@@ -91,7 +104,20 @@ impl State {
             }
         };
         let mut table = LeaseTable::new(incarnation, config.max_ended);
-        let (journal, report) = Journal::open(journal, &mut table, now_ms())?;
+        let mut report = loaded.apply(&mut table);
+        let orphans: Vec<orphan::Process> = table
+            .stale()
+            .filter_map(|l| {
+                Some(orphan::Process {
+                    pty: l.binding.pty,
+                    pid: l.pid?,
+                    start_ticks: l.start_ticks?,
+                })
+            })
+            .collect();
+        orphan::end_orphans(&orphans, config.kill_grace);
+        report.restarted = table.end_previous_incarnations(now_ms());
+        let journal = Journal::start(journal, &table)?;
         let state = State {
             inner: Arc::new(Inner {
                 config,
@@ -105,6 +131,7 @@ impl State {
                 journal: Mutex::new(journal),
                 gates: Mutex::new(HashMap::new()),
                 connections: AtomicU32::new(0),
+                stopping: AtomicBool::new(false),
             }),
         };
         Ok((state, report))
@@ -130,10 +157,17 @@ impl State {
         self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn journal(&self, rec: &Record) {
+    /// Appends a record to the journal.
+    fn journal(&self, rec: &Record) -> io::Result<()> {
         let mut j = self.inner.journal.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = j.append(rec) {
-            tracing::error!("could not append to the lease journal: {e}");
+        j.append(rec)
+    }
+
+    /// Appends a record whose loss only costs detail after a restart (an end or protect flag:
+    /// the next incarnation still reports the lease as ended); a failure is logged.
+    fn journal_or_log(&self, rec: &Record) {
+        if let Err(e) = self.journal(rec) {
+            tracing::error!("could not record a lease event in the journal: {e}");
         }
     }
 
@@ -172,6 +206,8 @@ impl State {
         req: Create,
         attach: bool,
     ) -> Result<(Created, Option<Arc<Pty>>), ErrorReply> {
+        limits::check_pane(&req.pane)?;
+        limits::check_spec(&req.spec)?;
         let gate = {
             let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
             Arc::clone(gates.entry(req.pane.clone()).or_default())
@@ -225,36 +261,21 @@ impl State {
                 message: format!("spawn task failed: {e}"),
             })??;
         let pty = Arc::clone(&spawned.pty);
-        let subscribed = {
-            let mut book = self.book();
-            let mut lease = Lease::live(
-                binding.clone(),
-                Some(pty.pid()),
-                spawned.command.clone(),
-                now_ms(),
-            );
-            lease.size = pty.size();
-            if let Err(e) = book.table.insert(lease.clone()) {
-                drop(book);
-                // Unreachable while the pane gate holds; still never leave an unowned shell.
-                pty.kill(Duration::ZERO);
-                spawned.start_waiter(Duration::ZERO, |_| {});
+        let mut lease = Lease::live(
+            binding.clone(),
+            Some(pty.pid()),
+            spawned.command.clone(),
+            now_ms(),
+        );
+        lease.size = pty.size();
+        lease.start_ticks = orphan::start_ticks(pty.pid());
+        let recorded = self.record_new(lease, &pty, attach);
+        let subscribed = match recorded {
+            Ok(subscribed) => subscribed.transpose(),
+            Err(e) => {
+                tracing::error!(%binding, "{e}");
+                end_unrecorded(spawned).await;
                 return Err(e);
-            }
-            book.ptys.insert(pty_id, Arc::clone(&pty));
-            self.journal(&Record::Created {
-                binding: binding.clone(),
-                command: lease.command,
-                pid: lease.pid,
-                size: lease.size,
-                at_ms: lease.created_ms,
-            });
-            // The waiter is not started yet, so the lease is live and this cannot fail; an error
-            // is still only returned after the waiter runs, so the PTY never goes unreaped.
-            if attach {
-                book.attach(&binding.pane, Some(pty_id)).map(Some)
-            } else {
-                Ok(None)
             }
         };
         tracing::info!(%binding, pid = pty.pid(), "created PTY");
@@ -269,8 +290,38 @@ impl State {
         Ok((created, subscribed?))
     }
 
-    /// Called by a PTY's waiter once it ended: records the end, then tells subscribers.
+    /// Records a just-spawned PTY: its lease in the table, its `Created` record in the journal,
+    /// the PTY in the map, and with `attach` one subscriber (whose error, impossible while the
+    /// waiter has not started, is returned inside). On an error nothing stays recorded and the
+    /// caller must end the PTY.
+    fn record_new(
+        &self,
+        lease: Lease,
+        pty: &Arc<Pty>,
+        attach: bool,
+    ) -> Result<Option<Result<Arc<Pty>, ErrorReply>>, ErrorReply> {
+        let mut book = self.book();
+        let (pane, pty_id) = (lease.binding.pane.clone(), lease.binding.pty);
+        // Unreachable while the pane gate holds; the caller still ends the PTY.
+        book.table.insert(lease.clone())?;
+        if let Err(e) = self.journal(&journal::created_record(&lease)) {
+            book.table.remove(&pty_id);
+            return Err(ErrorReply::SpawnFailed {
+                message: format!(
+                    "nothing was started: the new PTY could not be recorded in the lease journal \
+                     and was ended again ({e})"
+                ),
+            });
+        }
+        book.ptys.insert(pty_id, Arc::clone(pty));
+        Ok(attach.then(|| book.attach(&pane, Some(pty_id))))
+    }
+
+    /// Called by a PTY's waiter once it ended: records the end, then tells subscribers. While the
+    /// daemon stops, the end reason is `AgentRestarted` (what the next incarnation reports), with
+    /// the exit status left out of the journal (as for any restart) but output figures kept.
     fn on_exit(&self, pty_id: PtyId, status: ExitStatus) {
+        let stopping = self.inner.stopping.load(Ordering::Acquire);
         let (pty, reason) = {
             let mut book = self.book();
             let Some(pty) = book.ptys.remove(&pty_id) else {
@@ -278,14 +329,20 @@ impl State {
             };
             let (bytes, last) = (pty.end_offset(), pty.last_output_ms());
             book.table.set_output(&pty_id, bytes, last);
+            let default = if stopping {
+                EndReason::AgentRestarted
+            } else {
+                EndReason::Exited
+            };
             let reason = book
                 .table
-                .end(&pty_id, Some(status.clone()), EndReason::Exited, now_ms())
+                .end(&pty_id, Some(status.clone()), default.clone(), now_ms())
                 .and_then(|l| l.info().reason)
-                .unwrap_or(EndReason::Exited);
-            self.journal(&Record::Ended {
+                .unwrap_or(default);
+            let exit = (reason != EndReason::AgentRestarted).then(|| status.clone());
+            self.journal_or_log(&Record::Ended {
                 pty: pty_id,
-                exit: Some(status.clone()),
+                exit,
                 reason: reason.clone(),
                 bytes_out: bytes,
                 last_output_ms: last,
@@ -386,7 +443,7 @@ impl State {
         let mut book = self.book();
         book.table.check_binding(&req.binding)?;
         book.table.set_protected(&req.binding.pty, req.protected);
-        self.journal(&Record::Protect {
+        self.journal_or_log(&Record::Protect {
             pty: req.binding.pty,
             protected: req.protected,
         });
@@ -426,10 +483,27 @@ impl State {
         }
     }
 
-    /// Daemon shutdown: seals the journal (so the next incarnation reports the live leases as
-    /// ended with `AgentRestarted`), then ends every PTY: SIGHUP to each process group, and
-    /// SIGKILL to those still unreaped after `grace`. Waits at most about twice `grace`.
+    /// Daemon shutdown: ends every PTY (SIGHUP to each process group, SIGKILL to those still
+    /// unreaped after `grace`; waits at most about twice `grace`), recording each end with reason
+    /// `AgentRestarted` and its output figures, then flushes and seals the journal. A PTY that
+    /// does not end in time stays unended in the journal; the next incarnation ends it.
     pub async fn shutdown(&self, grace: Duration) {
+        self.inner.stopping.store(true, Ordering::Release);
+        let ptys: Vec<Arc<Pty>> = self.book().ptys.values().cloned().collect();
+        if !ptys.is_empty() {
+            tracing::info!(count = ptys.len(), "ending PTYs because the daemon stops");
+            for pty in &ptys {
+                pty.signal_group_if_ours(Signal::SIGHUP);
+            }
+            if !wait_all_ended(&ptys, grace).await {
+                for pty in &ptys {
+                    if pty.signal_group_if_ours(Signal::SIGKILL) {
+                        tracing::warn!(binding = %pty.binding(), "PTY ignored SIGHUP; sent SIGKILL");
+                    }
+                }
+                wait_all_ended(&ptys, grace).await;
+            }
+        }
         if let Err(e) = self
             .inner
             .journal
@@ -439,22 +513,27 @@ impl State {
         {
             tracing::error!("could not flush the lease journal: {e}");
         }
-        let ptys: Vec<Arc<Pty>> = self.book().ptys.values().cloned().collect();
-        if ptys.is_empty() {
-            return;
+    }
+}
+
+/// Ends a spawned PTY that could not be recorded (nobody knows it): SIGHUP and SIGKILL at once,
+/// and waits (bounded) until its child is reaped.
+async fn end_unrecorded(spawned: Spawned) {
+    let pty = Arc::clone(&spawned.pty);
+    pty.kill(Duration::ZERO);
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    spawned.start_waiter(Duration::ZERO, move |status| {
+        let _ = tx.send(status);
+    });
+    match tokio::time::timeout(UNRECORDED_WAIT, rx).await {
+        Ok(Ok(status)) => {
+            tracing::info!(binding = %pty.binding(), %status, "ended the unrecorded PTY")
         }
-        tracing::info!(count = ptys.len(), "ending PTYs because the daemon stops");
-        for pty in &ptys {
-            pty.signal_group_if_ours(Signal::SIGHUP);
-        }
-        if !wait_all_ended(&ptys, grace).await {
-            for pty in &ptys {
-                if pty.signal_group_if_ours(Signal::SIGKILL) {
-                    tracing::warn!(binding = %pty.binding(), "PTY ignored SIGHUP; sent SIGKILL");
-                }
-            }
-            wait_all_ended(&ptys, grace).await;
-        }
+        _ => tracing::error!(
+            binding = %pty.binding(),
+            pid = pty.pid(),
+            "the unrecorded PTY did not end within {UNRECORDED_WAIT:?} of SIGKILL"
+        ),
     }
 }
 

@@ -5,13 +5,19 @@
 //! ring dropped bytes before they could be sent, and `Exited` after the last output. It sends into
 //! the connection's bounded queue, so a slow connection only delays its own subscriptions: the
 //! PTY reader writes to the ring and never waits for it (rule F).
+//!
+//! Acks are clamped to what was actually sent (gap bytes count as sent) when they arrive, and an
+//! ack below the current one is ignored: one `Ack{offset: u64::MAX}` must not disable flow control
+//! for the rest of the subscription.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use relay_protocol::message::{Exited, Output, OutputGap};
 use relay_protocol::{Message, Push};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::credit::Credit;
 use crate::pty::Pty;
@@ -21,25 +27,37 @@ use crate::ring::ReadFrom;
 pub struct Subscription {
     task: JoinHandle<()>,
     acks: watch::Sender<u64>,
+    /// Offset up to which output was handed to the connection (or skipped as a gap).
+    sent: Arc<AtomicU64>,
 }
 
 impl Subscription {
-    /// Starts forwarding `pty`'s output from offset `start` into `out`.
+    /// Starts forwarding `pty`'s output from offset `start` into `out`, in chunks of at most
+    /// `chunk` bytes, with a credit window of `window` bytes (`None`: the peer does not send
+    /// acks, so no window applies).
     pub fn start(
         pty: Arc<Pty>,
         start: u64,
-        window: u32,
+        window: Option<u32>,
         chunk: usize,
         out: mpsc::Sender<Message>,
     ) -> Self {
         let (acks, acks_rx) = watch::channel(start);
-        let credit = Credit::new(u64::from(window), start);
-        let task = tokio::spawn(forward(pty, credit, chunk.max(1), out, acks_rx));
-        Subscription { task, acks }
+        let credit = match window {
+            Some(w) => Credit::new(u64::from(w), start),
+            None => Credit::unlimited(start),
+        };
+        let sent = Arc::new(AtomicU64::new(start));
+        let task = tokio::spawn(
+            forward(pty, credit, chunk.max(1), out, acks_rx, Arc::clone(&sent)).in_current_span(),
+        );
+        Subscription { task, acks, sent }
     }
 
-    /// The peer consumed output up to `offset`.
+    /// The peer consumed output up to `offset`; clamped to what was sent, ignored when not above
+    /// the current ack.
     pub fn ack(&self, offset: u64) {
+        let offset = offset.min(self.sent.load(Ordering::Acquire));
         self.acks.send_if_modified(|acked| {
             let newer = offset > *acked;
             if newer {
@@ -62,6 +80,7 @@ async fn forward(
     chunk: usize,
     out: mpsc::Sender<Message>,
     mut acks: watch::Receiver<u64>,
+    sent: Arc<AtomicU64>,
 ) {
     let id = pty.binding().pty;
     let mut progress = pty.watch();
@@ -125,5 +144,6 @@ async fn forward(
         if out.send(Message::Push(push)).await.is_err() {
             return;
         }
+        sent.store(credit.cursor(), Ordering::Release);
     }
 }

@@ -5,9 +5,12 @@
 mod support;
 
 mod bridge;
+mod flow;
 mod lifecycle;
+mod limits;
 mod malformed;
 mod open;
 mod output;
 mod peer;
+mod restart;
 mod rules;

@@ -190,8 +190,12 @@ impl Client {
     }
 
     /// Sends Hello on `c` and expects Welcome.
-    pub fn hello(mut c: Client) -> Client {
-        let hello = Hello::new("agent-tests", "0.0.0");
+    pub fn hello(c: Client) -> Client {
+        Client::hello_with(c, Hello::new("agent-tests", "0.0.0"))
+    }
+
+    /// Sends `hello` on `c` and expects Welcome.
+    pub fn hello_with(mut c: Client, hello: Hello) -> Client {
         match c.request(Request::Hello(hello)) {
             Response::Welcome(w) => c.welcome = Some(w),
             other => panic!("expected Welcome, got {other:?}"),
@@ -463,6 +467,19 @@ pub fn alive(pid: u32) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Pids of live processes whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<u32> {
+    procs()
+        .into_iter()
+        .filter(|&pid| {
+            alive(pid)
+                && read_nul_list(&format!("/proc/{pid}/cmdline"))
+                    .iter()
+                    .any(|a| a.contains(needle))
+        })
+        .collect()
 }
 
 /// Live child pids of `pid` (from /proc/<pid>/task/*/children).

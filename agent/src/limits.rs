@@ -1,0 +1,281 @@
+//! Size limits on what a request may store, and fitting the `ListLeases` reply into a frame.
+//!
+//! Sans-IO. Everything a `Create`/`Open` carries is kept on the lease, journaled and listed by
+//! `ListLeases` for every client, so one client's huge pane key or command could otherwise make
+//! that reply exceed the frame maximum for everyone (rule F) and bloat the journal. Limits:
+//!
+//! | what | limit |
+//! |---|---|
+//! | each pane key part (workspace, tab, leaf) | 1..=[`MAX_KEY_PART`] bytes, no NUL |
+//! | command: sum of (argument bytes + 1) | [`MAX_COMMAND_BYTES`] |
+//! | env: sum of (name + value bytes + 2) | [`MAX_ENV_BYTES`] |
+//! | cwd | [`MAX_CWD_BYTES`] |
+//! | term | [`MAX_TERM_BYTES`] |
+//!
+//! Worst case of one `LeaseInfo` row with these limits: pane 3 × (256 + 2), ids, times and
+//! counters < 100 bytes, command ≤ 64 KiB plus under 1 KiB of length prefixes, exit status < 40:
+//! about 66 KiB. 1000 ended leases plus the live ones can therefore still exceed the 1 MiB frame, so
+//! [`fit_leases`] caps the reply: it keeps live leases before ended ones and newer before older,
+//! and the caller logs how many were left out.
+
+use relay_protocol::message::Leases;
+use relay_protocol::{ErrorReply, LeaseInfo, LeaseState, Message, PaneKey, Response, SpawnSpec};
+
+/// Longest pane key part (workspace, tab or leaf), in bytes.
+pub const MAX_KEY_PART: usize = 256;
+/// Largest command line: the sum over arguments of (bytes + 1).
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
+/// Largest extra environment: the sum over variables of (name + value bytes + 2).
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
+/// Longest working directory, in bytes (Linux `PATH_MAX`).
+pub const MAX_CWD_BYTES: usize = 4096;
+/// Longest `TERM` value, in bytes.
+pub const MAX_TERM_BYTES: usize = 256;
+
+/// Checks a pane key's parts.
+///
+/// # Errors
+/// [`ErrorReply::BadRequest`] for an empty part or one containing NUL,
+/// [`ErrorReply::LimitExceeded`] for a part longer than [`MAX_KEY_PART`] bytes; both name the part.
+pub fn check_pane(pane: &PaneKey) -> Result<(), ErrorReply> {
+    for (name, part) in [
+        ("workspace", &pane.workspace.0),
+        ("tab", &pane.tab),
+        ("leaf", &pane.leaf),
+    ] {
+        if part.is_empty() {
+            return Err(ErrorReply::BadRequest {
+                message: format!(
+                    "pane key {name} is empty; give 1 to {MAX_KEY_PART} bytes without NUL"
+                ),
+            });
+        }
+        if part.contains('\0') {
+            return Err(ErrorReply::BadRequest {
+                message: format!(
+                    "pane key {name} contains a NUL byte; give 1 to {MAX_KEY_PART} bytes without NUL"
+                ),
+            });
+        }
+        too_long(&format!("pane key {name}"), part.len(), MAX_KEY_PART)?;
+    }
+    Ok(())
+}
+
+/// Checks the sizes in a spawn spec.
+///
+/// # Errors
+/// [`ErrorReply::LimitExceeded`] naming the field (command, env, cwd, term) and its limit.
+pub fn check_spec(spec: &SpawnSpec) -> Result<(), ErrorReply> {
+    let command: usize = spec.command.iter().map(|a| a.len() + 1).sum();
+    too_long(
+        "command (sum of argument bytes + 1 each)",
+        command,
+        MAX_COMMAND_BYTES,
+    )?;
+    let env: usize = spec.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    too_long(
+        "env (sum of name + value bytes + 2 each)",
+        env,
+        MAX_ENV_BYTES,
+    )?;
+    if let Some(cwd) = &spec.cwd {
+        too_long("cwd", cwd.len(), MAX_CWD_BYTES)?;
+    }
+    if let Some(term) = &spec.term {
+        too_long("term", term.len(), MAX_TERM_BYTES)?;
+    }
+    Ok(())
+}
+
+fn too_long(what: &str, len: usize, limit: usize) -> Result<(), ErrorReply> {
+    if len <= limit {
+        return Ok(());
+    }
+    Err(ErrorReply::LimitExceeded {
+        what: format!("{what} of {len} bytes"),
+        limit: limit as u64,
+    })
+}
+
+/// Encoded size (the frame body: envelope and reply) of a `Leases` reply holding `leases`.
+fn reply_size(leases: Vec<LeaseInfo>) -> usize {
+    // The largest possible id, so the real reply is never larger.
+    Message::Response(u64::MAX, Response::Leases(Leases { leases }))
+        .to_bytes()
+        .len()
+}
+
+/// Trims `leases` (sorted for the reply) so that the `Leases` reply fits in `max_frame` bytes.
+/// Keeps live leases before ended ones, then newer (by `since_ms`) before older, and returns the
+/// kept ones in their original order with the number left out.
+pub fn fit_leases(leases: Vec<LeaseInfo>, max_frame: u32) -> (Vec<LeaseInfo>, usize) {
+    let max = max_frame as usize;
+    let total = reply_size(leases.clone());
+    if total <= max {
+        return (leases, 0);
+    }
+    let mut order: Vec<usize> = (0..leases.len()).collect();
+    order.sort_by_key(|&i| {
+        let l = &leases[i];
+        (l.state == LeaseState::Ended, std::cmp::Reverse(l.since_ms))
+    });
+    let mut used = reply_size(Vec::new()) + 4; // + room for a longer list length prefix.
+    let mut keep = vec![false; leases.len()];
+    for i in order {
+        let row = reply_size(vec![leases[i].clone()]) - reply_size(Vec::new());
+        if used + row <= max {
+            used += row;
+            keep[i] = true;
+        }
+    }
+    let count = leases.len();
+    let kept: Vec<LeaseInfo> = leases
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(l, k)| k.then_some(l))
+        .collect();
+    let left_out = count - kept.len();
+    (kept, left_out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_protocol::{Binding, Incarnation, PtyId, TermSize};
+
+    #[test]
+    fn pane_key_parts_are_checked() {
+        let long = "x".repeat(MAX_KEY_PART + 1);
+        let max = "x".repeat(MAX_KEY_PART);
+        let cases: &[(PaneKey, Option<&str>)] = &[
+            (PaneKey::new("w", "t", "l"), None),
+            (PaneKey::new(max.as_str(), max.as_str(), max.as_str()), None),
+            (
+                PaneKey::new(long.as_str(), "t", "l"),
+                Some("LimitExceeded workspace"),
+            ),
+            (
+                PaneKey::new("w", long.as_str(), "l"),
+                Some("LimitExceeded tab"),
+            ),
+            (
+                PaneKey::new("w", "t", long.as_str()),
+                Some("LimitExceeded leaf"),
+            ),
+            (PaneKey::new("", "t", "l"), Some("BadRequest workspace")),
+            (PaneKey::new("w", "", "l"), Some("BadRequest tab")),
+            (PaneKey::new("w", "t", "a\0b"), Some("BadRequest leaf")),
+        ];
+        for (pane, want) in cases {
+            let got = check_pane(pane).err().map(|e| match e {
+                ErrorReply::LimitExceeded { what, limit } => {
+                    assert_eq!(limit, MAX_KEY_PART as u64);
+                    format!("LimitExceeded {}", what.split_whitespace().nth(2).unwrap())
+                }
+                ErrorReply::BadRequest { message } => {
+                    format!("BadRequest {}", message.split_whitespace().nth(2).unwrap())
+                }
+                other => panic!("unexpected {other:?}"),
+            });
+            assert_eq!(got.as_deref(), *want, "pane {:?}", pane.leaf.len());
+        }
+    }
+
+    #[test]
+    fn spec_sizes_are_checked() {
+        let ok = SpawnSpec {
+            command: vec!["x".repeat(MAX_COMMAND_BYTES - 1)],
+            env: vec![("K".into(), "v".repeat(MAX_ENV_BYTES - 3))],
+            cwd: Some("/".repeat(MAX_CWD_BYTES)),
+            term: Some("t".repeat(MAX_TERM_BYTES)),
+            ..SpawnSpec::default()
+        };
+        assert_eq!(check_spec(&ok), Ok(()));
+        let field = |spec: SpawnSpec| match check_spec(&spec) {
+            Err(ErrorReply::LimitExceeded { what, limit }) => {
+                (what.split_whitespace().next().unwrap().to_string(), limit)
+            }
+            other => panic!("expected LimitExceeded, got {other:?}"),
+        };
+        let many_args = SpawnSpec {
+            command: vec![String::new(); MAX_COMMAND_BYTES + 1],
+            ..SpawnSpec::default()
+        };
+        assert_eq!(
+            field(many_args),
+            ("command".into(), MAX_COMMAND_BYTES as u64)
+        );
+        let env = SpawnSpec {
+            env: vec![("K".into(), "v".repeat(MAX_ENV_BYTES))],
+            ..SpawnSpec::default()
+        };
+        assert_eq!(field(env), ("env".into(), MAX_ENV_BYTES as u64));
+        let cwd = SpawnSpec {
+            cwd: Some("/".repeat(MAX_CWD_BYTES + 1)),
+            ..SpawnSpec::default()
+        };
+        assert_eq!(field(cwd), ("cwd".into(), MAX_CWD_BYTES as u64));
+        let term = SpawnSpec {
+            term: Some("t".repeat(MAX_TERM_BYTES + 1)),
+            ..SpawnSpec::default()
+        };
+        assert_eq!(field(term), ("term".into(), MAX_TERM_BYTES as u64));
+    }
+
+    fn lease(leaf: &str, counter: u64, state: LeaseState, since_ms: u64) -> LeaseInfo {
+        LeaseInfo {
+            binding: Binding {
+                pane: PaneKey::new("w".repeat(MAX_KEY_PART), "t", leaf),
+                pty: PtyId {
+                    incarnation: Incarnation(1),
+                    counter,
+                },
+            },
+            state,
+            pid: Some(1),
+            since_ms,
+            last_output_ms: None,
+            bytes_out: 0,
+            command: vec!["c".repeat(MAX_COMMAND_BYTES - 1)],
+            exit: None,
+            reason: None,
+            protected: false,
+            attached: 0,
+            size: TermSize::default(),
+        }
+    }
+
+    /// The worst case of the limits (1000 ended leases with maximal commands, plus live ones)
+    /// exceeds 1 MiB; the reply is cut to fit, keeping live leases, then the newest ended ones.
+    #[test]
+    fn lease_list_is_cut_to_the_frame_keeping_live_and_newest() {
+        let max = relay_protocol::DEFAULT_MAX_FRAME;
+        let mut all: Vec<LeaseInfo> = (0..1000)
+            .map(|i| lease(&format!("e{i:04}"), i, LeaseState::Ended, i))
+            .collect();
+        all.push(lease("live-a", 2000, LeaseState::Detached, 1));
+        all.push(lease("live-b", 2001, LeaseState::Attached, 2));
+        assert!(
+            reply_size(all.clone()) > max as usize,
+            "the worst case exceeds the frame"
+        );
+        let (kept, left_out) = fit_leases(all.clone(), max);
+        assert_eq!(kept.len() + left_out, all.len());
+        assert!(left_out > 0);
+        assert!(reply_size(kept.clone()) <= max as usize);
+        let leaves: Vec<&str> = kept.iter().map(|l| l.binding.pane.leaf.as_str()).collect();
+        assert!(leaves.contains(&"live-a") && leaves.contains(&"live-b"));
+        // The ended ones kept are the newest, in the original order.
+        let ended: Vec<u64> = kept
+            .iter()
+            .filter(|l| l.state == LeaseState::Ended)
+            .map(|l| l.since_ms)
+            .collect();
+        let newest: Vec<u64> = ((1000 - ended.len() as u64)..1000).collect();
+        assert_eq!(ended, newest);
+        // A list that fits is untouched.
+        let small = all[..3].to_vec();
+        assert_eq!(fit_leases(small.clone(), max), (small, 0));
+    }
+}
