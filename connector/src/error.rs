@@ -56,6 +56,12 @@ pub enum Error {
     /// destination before the SSH transport exists).
     #[error("{0}")]
     Unavailable(String),
+    /// The agent did not answer a request within the session's request timeout (see
+    /// [`Session::with_request_timeout`](crate::Session::with_request_timeout)). The agent may be
+    /// stopped or overloaded; the request may still take effect later (rule A: unknown, not
+    /// failed). The message names the request, the destination and the bound.
+    #[error("{0}")]
+    Timeout(String),
 }
 
 impl Error {
@@ -64,8 +70,17 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Error::ConnectionLost(_) | Error::Ssh(_) | Error::Io(_) | Error::Spawn(_)
+            Error::ConnectionLost(_)
+                | Error::Ssh(_)
+                | Error::Io(_)
+                | Error::Spawn(_)
+                | Error::Timeout(_)
         )
+    }
+
+    /// Whether a request timed out ([`Error::Timeout`]): the agent did not answer in time.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout(_))
     }
 
     /// Whether the agent answered that the pane has never existed ([`ErrorReply::NotFound`]).

@@ -21,7 +21,8 @@
 //!   the agent binary is found.
 //! - [`session`]: [`Session`] — hello/welcome, the reader and writer tasks, the table of pending
 //!   requests, and every operation (`create`, `attach`, `open`, `input`, `resize`, `signal`,
-//!   `kill`, `detach`, `protect`, `list_leases`, `status`, `ping`).
+//!   `kill`, `detach`, `protect`, `list_leases`, `status`, `ping`), and the optional per-handle
+//!   request timeout ([`Session::with_request_timeout`]; none by default).
 //! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one attached pane's ordered event stream, credit
 //!   acks and the slow-consumer policy.
 //! - [`destination`]: [`Destination`], the command-line choice between this machine and a host.

@@ -13,14 +13,23 @@
 //! 3. `relay-agent` next to the current executable, then one directory up (for test binaries in
 //!    `target/debug/deps`),
 //! 4. `relay-agent` on `PATH`.
+//!
+//! With [`BridgeStderr::Log`], what the bridge prints on stderr before the handshake completes is
+//! held back: if the bridge exits without answering (an unwritable `RELAY_HOME`, a daemon that
+//! cannot start), the handshake error quotes it, cleaned of terminal escape codes. After a
+//! successful handshake the held lines, and every later one, are logged.
 
+use std::any::Any;
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
+use tokio::sync::watch;
 
 use crate::transport::{AgentStream, OpenFuture, Transport};
 use crate::Error;
@@ -31,11 +40,19 @@ pub const AGENT_BIN_NAME: &str = "relay-agent";
 /// Environment variable naming the agent binary explicitly.
 pub const AGENT_BIN_ENV: &str = "RELAY_AGENT_BIN";
 
+/// Bytes of bridge stderr held back for a handshake error (the tail is kept).
+const STDERR_TAIL: usize = 4096;
+
+/// How long a failed handshake waits for the bridge's stderr to end after its stdout did.
+const STDERR_GRACE: Duration = Duration::from_millis(500);
+
 /// What happens to the bridge's stderr (its diagnostics; it never carries frames).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum BridgeStderr {
-    /// Each line is logged with `tracing` at warn level (target `relay_connector::bridge`).
-    /// The default: a terminal in raw mode is not scribbled on.
+    /// Each line is logged with `tracing` at warn level (target `relay_connector::bridge`);
+    /// lines printed before the handshake completes are held back and quoted in the handshake
+    /// error if the bridge does not answer (see the module docs). The default: a terminal in raw
+    /// mode is not scribbled on.
     #[default]
     Log,
     /// The bridge writes to this process's stderr.
@@ -114,19 +131,12 @@ impl LocalTransport {
             .map_err(|e| Error::Spawn(format!("cannot run `{} bridge`: {e}", bin.display())))?;
         let stdin = child.stdin.take().expect("stdin was piped");
         let stdout = child.stdout.take().expect("stdout was piped");
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(stderr).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::warn!(target: "relay_connector::bridge", "{line}");
-                }
-            });
-        }
+        let stderr = child.stderr.take().map(StderrTail::collect);
         tracing::debug!(bin = %bin.display(), pid = child.id(), "started agent bridge");
         Ok(AgentStream {
             reader: Box::pin(stdout),
             writer: Box::pin(stdin),
-            guard: Box::new(BridgeGuard { child }),
+            guard: Box::new(BridgeGuard { child, stderr }),
         })
     }
 }
@@ -145,6 +155,173 @@ impl Transport for LocalTransport {
 /// session and process group).
 struct BridgeGuard {
     child: Child,
+    /// The bridge's stderr, when it is piped ([`BridgeStderr::Log`]).
+    stderr: Option<Arc<StderrTail>>,
+}
+
+/// The bridge's stderr: held back until the handshake is decided, logged afterwards.
+struct StderrTail {
+    state: Mutex<TailState>,
+    /// Becomes `true` when the bridge closed its stderr.
+    ended: watch::Receiver<bool>,
+}
+
+struct TailState {
+    /// Lines are held (not logged) until [`StderrTail::release`].
+    holding: bool,
+    held: String,
+}
+
+impl StderrTail {
+    /// Starts the task that reads `stderr` line by line.
+    fn collect(stderr: impl AsyncRead + Send + Unpin + 'static) -> Arc<StderrTail> {
+        let (ended_tx, ended) = watch::channel(false);
+        let tail = Arc::new(StderrTail {
+            state: Mutex::new(TailState {
+                holding: true,
+                held: String::new(),
+            }),
+            ended,
+        });
+        let sink = tail.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                sink.line(line);
+            }
+            let _ = ended_tx.send(true);
+        });
+        tail
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, TailState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn line(&self, line: String) {
+        let mut st = self.state();
+        if !st.holding {
+            drop(st);
+            tracing::warn!(target: "relay_connector::bridge", "{line}");
+            return;
+        }
+        st.held.push_str(&line);
+        st.held.push('\n');
+        if st.held.len() > STDERR_TAIL {
+            let mut cut = st.held.len() - STDERR_TAIL;
+            while !st.held.is_char_boundary(cut) {
+                cut += 1;
+            }
+            st.held.drain(..cut);
+        }
+    }
+
+    /// The handshake succeeded: log what was held, and every later line.
+    fn release(&self) {
+        let held = {
+            let mut st = self.state();
+            st.holding = false;
+            std::mem::take(&mut st.held)
+        };
+        for line in held.lines() {
+            tracing::warn!(target: "relay_connector::bridge", "{line}");
+        }
+    }
+
+    /// The handshake failed: waits until `deadline` at most for stderr to end, then returns what
+    /// was printed.
+    async fn failure_text(&self, deadline: tokio::time::Instant) -> String {
+        let mut ended = self.ended.clone();
+        let _ = tokio::time::timeout_at(deadline, ended.wait_for(|e| *e)).await;
+        strip_ansi(self.state().held.trim())
+    }
+}
+
+/// Why a local bridge ended before the handshake: its exit status and what it printed. Displays
+/// as ` (exit status: 1): <stderr>` (or `: <stderr>`), to follow "exited".
+pub(crate) struct BridgeExit {
+    /// `exit status: 1`, when the bridge had exited within the grace period.
+    pub(crate) status: Option<String>,
+    /// Its stderr, escape codes removed; never empty.
+    pub(crate) said: String,
+}
+
+impl std::fmt::Display for BridgeExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.status {
+            Some(status) => write!(f, " ({status}): {}", self.said),
+            None => write!(f, ": {}", self.said),
+        }
+    }
+}
+
+/// After a failed handshake on `guard`'s stream: what the local bridge printed on stderr and how
+/// it exited, if the stream is a local bridge whose stderr is collected and it said anything.
+/// Waits at most [`STDERR_GRACE`] for the bridge to finish.
+pub(crate) async fn bridge_failure(guard: &mut (dyn Any + Send)) -> Option<BridgeExit> {
+    let bridge = guard.downcast_mut::<BridgeGuard>()?;
+    let deadline = tokio::time::Instant::now() + STDERR_GRACE;
+    let said = bridge.stderr.as_ref()?.failure_text(deadline).await;
+    if said.is_empty() {
+        return None;
+    }
+    let status = match tokio::time::timeout_at(deadline, bridge.child.wait()).await {
+        Ok(Ok(status)) => Some(status.to_string()),
+        _ => None,
+    };
+    Some(BridgeExit { status, said })
+}
+
+/// After a successful handshake on `guard`'s stream: the local bridge's stderr is logged from now
+/// on. Does nothing for other transports.
+pub(crate) fn bridge_ready(guard: &mut (dyn Any + Send)) {
+    if let Some(tail) = guard
+        .downcast_mut::<BridgeGuard>()
+        .and_then(|b| b.stderr.as_ref())
+    {
+        tail.release();
+    }
+}
+
+/// `text` without terminal escape sequences (CSI such as colours, OSC such as titles, and
+/// two-byte escapes) and without other control characters except newlines and tabs.
+pub(crate) fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => match chars.next() {
+                // CSI: parameters and intermediates up to a final byte in @..~.
+                Some('[') => {
+                    for c in chars.by_ref() {
+                        if ('@'..='~').contains(&c) {
+                            break;
+                        }
+                    }
+                }
+                // OSC (and the other string sequences): up to BEL or ESC \.
+                Some(']' | 'P' | '_' | '^' | 'X') => {
+                    while let Some(c) = chars.next() {
+                        if c == '\u{7}' {
+                            break;
+                        }
+                        if c == '\u{1b}' {
+                            if chars.peek() == Some(&'\\') {
+                                chars.next();
+                            }
+                            break;
+                        }
+                    }
+                }
+                // A two-byte escape (ESC 7, ESC c, ...), or a lone ESC at the end.
+                _ => {}
+            },
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Drop for BridgeGuard {
@@ -215,6 +392,49 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_codes_are_stripped_from_quoted_stderr() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m disk full\r"),
+            "2026 ERROR disk full"
+        );
+        assert_eq!(
+            strip_ansi("\u{1b}]0;title\u{7}ok\u{1b}]2;t\u{1b}\\!"),
+            "ok!"
+        );
+        assert_eq!(strip_ansi("a\u{1b}7b\tc\nd\u{1b}"), "ab\tc\nd");
+    }
+
+    /// Regression: with `RELAY_HOME` on a read-only mount the handshake error only said the
+    /// bridge "closed the stream before answering" and pointed at a log that does not exist; the
+    /// bridge's own reason must be in the error.
+    #[tokio::test]
+    async fn a_bridge_that_exits_before_answering_is_quoted_in_the_handshake_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent");
+        std::fs::write(
+            &path,
+            "#!/bin/sh\nprintf '\\033[31mrelay-agent: error: create /ro/run: Read-only file \
+             system (os error 30)\\033[0m\\n' >&2\nexit 1\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let transport = LocalTransport::with_config(LocalConfig {
+            agent_bin: Some(path),
+            ..LocalConfig::default()
+        });
+        let err = crate::Session::connect(&transport, "t").await.unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Handshake(_)), "{msg}");
+        assert!(
+            msg.contains("create /ro/run: Read-only file system (os error 30)"),
+            "{msg}"
+        );
+        assert!(msg.contains("exit status: 1"), "{msg}");
+        assert!(!msg.contains('\u{1b}'), "escape codes stripped: {msg:?}");
+        assert!(!msg.contains("agent.log"), "no pointer to a log: {msg}");
+    }
 
     #[test]
     fn explicit_missing_binary_is_an_error_naming_the_path() {

@@ -4,15 +4,25 @@
 //! Run `cargo build --workspace --bins` first. Each test has its own `RELAY_HOME` and daemon.
 //! Time bounds are generous liveness bounds, not performance measurements.
 
-use std::io::{Read, Write};
+// Topic modules live in `local/` (a crate root looks for modules next to itself).
+#[path = "local/liveness.rs"]
+mod liveness;
+#[path = "local/messages.rs"]
+mod messages;
+#[path = "local/piped_run.rs"]
+mod piped_run;
+#[path = "local/pty_run.rs"]
+mod pty_run;
+
+use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use relay_connector::{Error, PaneEvent, Session};
 use relay_protocol::{ErrorReply, PaneKey, SpawnSpec};
 use relay_tests::{bins, eventually, read_until, read_until_text, Collected, TestHome, LIVENESS};
+
+use pty_run::PtyRun;
 
 fn sh(script: &str) -> SpawnSpec {
     SpawnSpec {
@@ -417,96 +427,6 @@ fn relay_shell_detaches_with_tilde_dot_and_reattaches_with_replay() {
     let leases = home.leases_json();
     assert_eq!(leases[0]["state"], "ended");
     assert_eq!(leases[0]["exit"]["code"], 7);
-}
-
-/// `relay` running in a real pseudo-terminal, with everything it prints collected.
-struct PtyRun {
-    child: Box<dyn portable_pty::Child + Send + Sync>,
-    writer: Box<dyn Write + Send>,
-    screen: Arc<Mutex<Vec<u8>>>,
-    _master: Box<dyn portable_pty::MasterPty + Send>,
-}
-
-impl PtyRun {
-    fn spawn(home: &TestHome, args: &[&str]) -> PtyRun {
-        use portable_pty::{native_pty_system, CommandBuilder, PtySize};
-        let pair = native_pty_system()
-            .openpty(PtySize {
-                rows: 24,
-                cols: 100,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .unwrap();
-        let mut cmd = CommandBuilder::new(&bins().relay);
-        cmd.args(args);
-        cmd.cwd(home.path());
-        cmd.env("TERM", "xterm");
-        home.apply_env(|k, v| cmd.env(k, v));
-        let child = pair.slave.spawn_command(cmd).unwrap();
-        drop(pair.slave);
-        let mut reader = pair.master.try_clone_reader().unwrap();
-        let writer = pair.master.take_writer().unwrap();
-        let screen = Arc::new(Mutex::new(Vec::new()));
-        let sink = screen.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        PtyRun {
-            child,
-            writer,
-            screen,
-            _master: pair.master,
-        }
-    }
-
-    fn type_text(&mut self, s: &str) {
-        self.writer.write_all(s.as_bytes()).unwrap();
-        self.writer.flush().unwrap();
-    }
-
-    fn screen(&self) -> String {
-        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
-    }
-
-    fn wait_for(&self, needle: &str) {
-        let screen = self.screen.clone();
-        let what = format!("{needle:?} on the terminal");
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            eventually(&what, || {
-                String::from_utf8_lossy(&screen.lock().unwrap())
-                    .contains(needle)
-                    .then_some(())
-            })
-        }));
-        if found.is_err() {
-            panic!(
-                "{needle:?} never appeared; terminal shows: {:?}",
-                self.screen()
-            );
-        }
-    }
-
-    fn wait_exit(&mut self) -> u32 {
-        let status = eventually("relay to exit", || self.child.try_wait().unwrap());
-        // Let the reader thread collect the last bytes written before exit.
-        std::thread::sleep(Duration::from_millis(100));
-        status.exit_code()
-    }
-}
-
-impl Drop for PtyRun {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

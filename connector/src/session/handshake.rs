@@ -4,7 +4,11 @@
 //! (a banner, `echo` in `.bashrc`) corrupts the first bytes. Such bytes are reported as a
 //! handshake error with the hint to check the shell startup output, never as a confusing
 //! protocol error.
+//!
+//! A bridge that exits without answering is explained by what it printed on stderr, when the
+//! transport collected it (the local transport does: [`crate::local`]).
 
+use std::any::Any;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,14 +32,17 @@ const HELLO_ID: u64 = 1;
 const HINT: &str = "check your shell startup output (files like ~/.bashrc must not print anything \
                     for non-interactive shells)";
 
-/// Sends the hello and waits for the welcome.
+/// Sends the hello and waits for the welcome. `guard` is the stream's guard, asked for the
+/// bridge's stderr when the stream ends before the welcome.
 ///
 /// # Errors
 /// [`Error::Handshake`] for anything that is not a relay welcome (with a hint when it looks like
-/// text), [`Error::Incompatible`] for another protocol major version.
+/// text, and the bridge's own words when it exited), [`Error::Incompatible`] for another protocol
+/// major version.
 pub(crate) async fn run(
     reader: &mut FramedRead<BoxReader, FrameCodec>,
     writer: &mut FramedWrite<BoxWriter, FrameCodec>,
+    guard: &mut (dyn Any + Send),
     client_id: &str,
     destination: &str,
 ) -> Result<Welcome, Error> {
@@ -52,17 +59,43 @@ pub(crate) async fn run(
         }
         Ok(first) => first,
     };
-    match first {
-        None => Err(Error::Handshake(format!(
-            "the agent bridge on {destination} closed the stream before answering{}; see its \
-             stderr and $RELAY_HOME/log/agent.log",
-            sent.err()
-                .map(|e| format!(" (write: {e})"))
-                .unwrap_or_default()
-        ))),
+    let result = match first {
+        None => {
+            let said = crate::local::bridge_failure(guard).await;
+            Err(closed_early(destination, sent.err(), said))
+        }
+        Some(Err(FrameError::Io(io))) => match crate::local::bridge_failure(guard).await {
+            Some(exit) => Err(Error::Handshake(format!(
+                "reading the welcome from {destination} failed: {io}; the agent bridge \
+                 exited{exit}"
+            ))),
+            None => Err(frame_error(FrameError::Io(io), destination)),
+        },
         Some(Err(e)) => Err(frame_error(e, destination)),
         Some(Ok(frame)) => check_welcome(&frame, destination),
+    };
+    if result.is_ok() {
+        crate::local::bridge_ready(guard);
     }
+    result
+}
+
+/// The stream ended before the welcome; `exit` is how the bridge ended, when it was collected.
+fn closed_early(
+    destination: &str,
+    write: Option<FrameError>,
+    exit: Option<crate::local::BridgeExit>,
+) -> Error {
+    let write = write.map(|e| format!(" (write: {e})")).unwrap_or_default();
+    Error::Handshake(match exit {
+        Some(exit) => {
+            format!("the agent bridge on {destination} exited before answering{write}{exit}")
+        }
+        None => format!(
+            "the agent bridge on {destination} closed the stream before answering{write}; see \
+             its stderr and the agent log ($RELAY_HOME/log/agent.log on the agent's host)"
+        ),
+    })
 }
 
 fn frame_error(e: FrameError, destination: &str) -> Error {

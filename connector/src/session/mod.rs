@@ -10,11 +10,18 @@
 //!
 //! Every mutation takes the exact [`Binding`] (rule C), and every operation checks that the agent
 //! advertised the capability it needs before anything is sent (rule H).
+//!
+//! Requests wait for their reply as long as the connection lives, by default: an app's session
+//! notices a dead agent through the connection closing. A stopped (`SIGSTOP`) or wedged agent
+//! keeps the connection open, though, so tools that must answer promptly bound every request with
+//! [`Session::with_request_timeout`] (`relayctl` uses 10 s); an expired request fails with
+//! [`Error::Timeout`] and may still take effect later (rule A).
 
 mod conn;
 pub(crate) mod handshake;
 pub(crate) mod shared;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,9 +46,13 @@ use shared::{Pending, Shared};
 const REQUEST_QUEUE: usize = 256;
 
 /// A connection to one agent. Cheap to clone; every clone talks over the same connection.
+///
+/// Each handle carries its own request timeout (none by default; see
+/// [`Session::with_request_timeout`]).
 #[derive(Clone)]
 pub struct Session {
     inner: Arc<Inner>,
+    timeout: Option<Duration>,
 }
 
 struct Inner {
@@ -58,6 +69,7 @@ impl std::fmt::Debug for Session {
             .field("destination", &self.inner.destination)
             .field("agent_version", &self.inner.welcome.agent_version)
             .field("incarnation", &self.inner.welcome.incarnation)
+            .field("request_timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
@@ -77,11 +89,18 @@ impl Session {
         let AgentStream {
             reader,
             writer,
-            guard,
+            mut guard,
         } = transport.open().await?;
         let mut reader = FramedRead::new(reader, FrameCodec::new(DEFAULT_MAX_FRAME));
         let mut writer = FramedWrite::new(writer, FrameCodec::new(DEFAULT_MAX_FRAME));
-        let welcome = handshake::run(&mut reader, &mut writer, client_id, &destination).await?;
+        let welcome = handshake::run(
+            &mut reader,
+            &mut writer,
+            guard.as_mut(),
+            client_id,
+            &destination,
+        )
+        .await?;
         let max_frame = welcome.limits.max_frame.min(DEFAULT_MAX_FRAME);
         let writer = FramedWrite::new(writer.into_inner(), FrameCodec::new(max_frame));
         tracing::debug!(
@@ -102,7 +121,28 @@ impl Session {
                 destination,
                 max_frame: max_frame as usize,
             }),
+            timeout: None,
         })
+    }
+
+    /// A handle on the same connection whose requests fail with [`Error::Timeout`] when the
+    /// agent has not answered within `timeout` (`None`: wait as long as the connection lives,
+    /// the default). The bound covers queueing the request and waiting for its reply; it does
+    /// not close the connection, and a request that expired may still take effect on the agent
+    /// (its late reply is dropped). Other clones keep their own setting.
+    ///
+    /// Meant for tools that must answer promptly (`relayctl`); an app usually keeps the default
+    /// and relies on [`Session::closed`] and [`PaneEvent::Disconnected`](crate::PaneEvent).
+    pub fn with_request_timeout(&self, timeout: Option<Duration>) -> Session {
+        Session {
+            inner: self.inner.clone(),
+            timeout,
+        }
+    }
+
+    /// This handle's request timeout (see [`Session::with_request_timeout`]).
+    pub fn request_timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 
     /// What the agent said in its welcome: version, incarnation, capabilities and limits.
@@ -211,9 +251,14 @@ impl Session {
         let sink_id = sink.id;
         let (tx, rx) = oneshot::channel();
         let id = shared.next_id();
+        let what = op_name(&req);
         shared.register(id, Pending::Attach(tx, sink))?;
-        self.send(id, req).await?;
-        let resp = rx.await.unwrap_or_else(|_| Err(shared.lost()))?;
+        let resp = self
+            .bounded(what, async {
+                self.send(id, req).await?;
+                rx.await.unwrap_or_else(|_| Err(shared.lost()))
+            })
+            .await?;
         let pane = NewPane {
             queue,
             sink_id,
@@ -228,27 +273,33 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::Agent`] with `Mismatch` when the pane has another PTY now (rule C) or `Ended`;
-    /// [`Error::ConnectionLost`].
+    /// `LimitExceeded` when the agent already holds its limit of queued input for the PTY (the
+    /// program is not reading; nothing of that request was queued: retry later, and keep at most
+    /// one input in flight if the order of retried bytes matters); [`Error::ConnectionLost`];
+    /// [`Error::Timeout`] (see [`Session::with_request_timeout`]).
     pub async fn input(&self, binding: &Binding, data: &[u8]) -> Result<(), Error> {
         self.require(Capability::PTY, "input")?;
-        let mut replies = Vec::new();
-        for chunk in data.chunks(MAX_OUTPUT_CHUNK).chain(
-            // An empty input still names the binding (a cheap fencing probe).
-            data.is_empty().then_some(&[][..]),
-        ) {
-            let req = Request::Input(Input {
-                binding: binding.clone(),
-                data: chunk.to_vec(),
-            });
-            let (id, rx) = self.register()?;
-            self.send(id, req).await?;
-            replies.push(rx);
-        }
-        for rx in replies {
-            let resp = rx.await.unwrap_or_else(|_| Err(self.inner.shared.lost()))?;
-            done("input", resp)?;
-        }
-        Ok(())
+        self.bounded("input", async {
+            let mut replies = Vec::new();
+            for chunk in data.chunks(MAX_OUTPUT_CHUNK).chain(
+                // An empty input still names the binding (a cheap fencing probe).
+                data.is_empty().then_some(&[][..]),
+            ) {
+                let req = Request::Input(Input {
+                    binding: binding.clone(),
+                    data: chunk.to_vec(),
+                });
+                let (id, rx) = self.register()?;
+                self.send(id, req).await?;
+                replies.push(rx);
+            }
+            for rx in replies {
+                let resp = rx.await.unwrap_or_else(|_| Err(self.inner.shared.lost()))?;
+                done("input", resp)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Resizes the PTY of `binding`.
@@ -377,9 +428,38 @@ impl Session {
     }
 
     async fn call(&self, req: Request) -> Result<Response, Error> {
+        let what = op_name(&req);
         let (id, rx) = self.register()?;
-        self.send(id, req).await?;
-        rx.await.unwrap_or_else(|_| Err(self.inner.shared.lost()))
+        self.bounded(what, async {
+            self.send(id, req).await?;
+            rx.await.unwrap_or_else(|_| Err(self.inner.shared.lost()))
+        })
+        .await
+    }
+
+    /// Runs one request/reply exchange under this handle's request timeout. On expiry the
+    /// exchange is dropped (and with it the reply receivers) and the abandoned pending entries are
+    /// forgotten, so a late reply is ignored.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        exchange: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let Some(limit) = self.timeout else {
+            return exchange.await;
+        };
+        match tokio::time::timeout(limit, exchange).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.inner.shared.forget_abandoned();
+                Err(Error::Timeout(format!(
+                    "{what} on {}: the agent did not answer within {}; it may be stopped or \
+                     overloaded (check `relayctl status` / the agent log)",
+                    self.inner.destination,
+                    human_duration(limit)
+                )))
+            }
+        }
     }
 
     async fn send(&self, id: u64, req: Request) -> Result<(), Error> {
@@ -427,6 +507,36 @@ fn done(what: &str, resp: Response) -> Result<(), Error> {
     match resp {
         Response::Done(_) => Ok(()),
         other => Err(unexpected(what, &other)),
+    }
+}
+
+/// The request's name for messages (`status`, `list leases`, ...).
+fn op_name(req: &Request) -> &'static str {
+    match req {
+        Request::Create(_) => "create",
+        Request::Open(_) => "open",
+        Request::Attach(_) => "attach",
+        Request::Input(_) => "input",
+        Request::Resize(_) => "resize",
+        Request::Signal(_) => "signal",
+        Request::Kill(_) => "kill",
+        Request::Detach(_) => "detach",
+        Request::Protect(_) => "protect",
+        Request::ListLeases(_) => "list leases",
+        Request::Status(_) => "status",
+        Request::Ping(_) => "ping",
+        _ => "request",
+    }
+}
+
+/// `10 s`, `1.5 s`, `250 ms`.
+fn human_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 && d.as_secs() > 0 {
+        format!("{} s", d.as_secs())
+    } else if d.as_secs() > 0 {
+        format!("{:.1} s", d.as_secs_f64())
+    } else {
+        format!("{} ms", d.as_millis())
     }
 }
 

@@ -96,6 +96,16 @@ impl Shared {
         self.state().pending.remove(&id);
     }
 
+    /// Forgets every pending request whose caller stopped waiting (a request timeout dropped its
+    /// receiver), so a late reply is dropped instead of being applied: in particular a late
+    /// `Attached` must not install a subscriber nobody reads.
+    pub(crate) fn forget_abandoned(&self) {
+        self.state().pending.retain(|_, p| {
+            let (Pending::Reply(tx) | Pending::Attach(tx, _)) = p;
+            !tx.is_closed()
+        });
+    }
+
     /// Why the connection closed, if it did.
     pub(crate) fn closed_reason(&self) -> Option<String> {
         self.state().closed.clone()

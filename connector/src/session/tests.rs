@@ -133,3 +133,54 @@ async fn a_dropped_connection_fails_pending_requests_with_connection_lost() {
     let err = session.ping().await.unwrap_err();
     assert!(err.is_connection_lost(), "later requests fail fast: {err}");
 }
+
+/// Rule G: with a request timeout, an agent that accepts requests but never answers (stopped
+/// with SIGSTOP, wedged) fails the request in bounded time with a message saying what to check;
+/// the connection stays usable and the late reply is ignored.
+#[tokio::test]
+async fn a_request_the_agent_never_answers_times_out_with_a_hint() {
+    let (session, mut peer) = connect(&[Capability::PTY, Capability::STATUS]).await;
+    assert_eq!(session.request_timeout(), None, "no timeout by default");
+    let bounded = session.with_request_timeout(Some(std::time::Duration::from_millis(200)));
+    let started = std::time::Instant::now();
+    let err = bounded.status().await.unwrap_err();
+    assert!(err.is_timeout() && err.is_transient(), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "bounded: {:?}",
+        started.elapsed()
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("status on scripted: the agent did not answer within 200 ms"),
+        "{msg}"
+    );
+    assert!(msg.contains("may be stopped or overloaded"), "{msg}");
+    assert_eq!(
+        bounded.request_timeout(),
+        Some(std::time::Duration::from_millis(200))
+    );
+    assert_eq!(session.request_timeout(), None, "clones keep their own");
+
+    // The late reply to the status is dropped; the next request gets its own answer.
+    let req = peer.next().await.unwrap().unwrap();
+    let Message::Request(late_id, _) = Message::from_bytes(&req).unwrap() else {
+        panic!("a request");
+    };
+    let late = Message::Response(late_id, Response::Done(relay_protocol::message::Done {}));
+    peer.send(late.to_bytes().into()).await.unwrap();
+    let answered = tokio::spawn({
+        let bounded = bounded.clone();
+        async move { bounded.kill(&binding()).await }
+    });
+    let req = peer.next().await.unwrap().unwrap();
+    let Message::Request(id, relay_protocol::Request::Kill(_)) = Message::from_bytes(&req).unwrap()
+    else {
+        panic!("a kill request");
+    };
+    assert_ne!(id, late_id);
+    let done = Message::Response(id, Response::Done(relay_protocol::message::Done {}));
+    peer.send(done.to_bytes().into()).await.unwrap();
+    answered.await.unwrap().unwrap();
+    assert!(!session.is_closed());
+}

@@ -3,6 +3,11 @@
 //! The escape character `~` is recognised only at the start of a line (right after Enter, or as
 //! the very first keystroke): `~.` detaches, `~?` shows help, `~~` sends one `~`. A `~` followed
 //! by anything else sends both characters unchanged.
+//!
+//! The recogniser sees bytes, not keystrokes, so pasted text is treated like typed text, as in
+//! ssh: a paste containing a line that starts with `~.` (`"...\n~...."`) detaches at that point,
+//! and the rest of the paste is not sent. What came before it is sent. `relay shell --help`
+//! says so too.
 
 /// What to do with a chunk of keystrokes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +133,17 @@ mod tests {
             e.feed(b"~."),
             vec![Action::Detach],
             "still at line start after help"
+        );
+    }
+
+    /// Documented ssh behaviour: `~.` at a line start inside a paste detaches, the rest of the
+    /// paste is dropped.
+    #[test]
+    fn tilde_dot_inside_a_paste_detaches_and_drops_the_rest() {
+        let mut e = Escapes::new(true);
+        assert_eq!(
+            e.feed(b"echo one\n~.echo two\n"),
+            vec![send(b"echo one\n"), Action::Detach]
         );
     }
 

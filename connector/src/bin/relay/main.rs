@@ -6,6 +6,7 @@
 
 mod cli;
 mod escape;
+mod input;
 mod shell;
 mod terminal;
 

@@ -1,16 +1,27 @@
 //! `relay shell` and `relay attach`: connect, open (create-or-attach; create then attach with an
 //! agent before protocol 1.1) or attach, with full replay, then pump keystrokes, window sizes and
 //! output until the shell exits or the user detaches with `~.`.
+//!
+//! Rule G: once attached, the terminal loop never waits for the agent. Keystrokes go through a
+//! bounded queue and their own task ([`crate::input`]), resizes through another; so `~.`, SIGTERM
+//! and SIGHUP are handled at once even when the agent is stopped. A detach restores the terminal
+//! first and then spends at most [`DETACH_GRACE`] delivering typed input and the `Detach`.
+
+use std::fmt::Display;
+use std::time::Duration;
 
 use anyhow::Context;
 use relay_connector::{PaneEvent, PaneHandle, Session};
-use relay_protocol::{Binding, Capability, ExitStatus, SpawnSpec};
+use relay_protocol::{
+    Binding, Capability, EndReason, ErrorReply, ExitStatus, PaneKey, SpawnSpec, TermSize,
+};
 use tokio::io::AsyncWriteExt;
-use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::mpsc;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::{mpsc, watch};
 
 use crate::cli::PaneArgs;
 use crate::escape::{Action, Escapes, HELP};
+use crate::input::{InputFailures, InputQueue};
 use crate::terminal::{self, RawMode};
 use crate::Failure;
 
@@ -25,7 +36,7 @@ pub enum Mode {
 
 enum Outcome {
     Detached,
-    Exited(ExitStatus),
+    Exited { exit: ExitStatus, reason: EndReason },
 }
 
 /// Runs the command; returns the process exit code.
@@ -76,54 +87,133 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     let handle = match attached {
         Ok(h) => h,
         Err(e) if mode == Mode::Attach && (e.is_not_found() || e.is_ended()) => {
-            let what = if e.is_ended() {
-                format!("pane {pane} has ended ({e})")
-            } else {
-                format!("no pane {pane} on {destination}")
-            };
             return Err(Failure {
                 code: 2,
-                message: format!("{what}; use `relay shell` to create it"),
+                message: not_attachable(&e, &pane, &destination),
             }
             .into());
         }
         Err(e) => return Err(e).with_context(|| format!("cannot attach to pane {pane}")),
     };
     let binding = handle.binding().clone();
-    if let Some(size) = size.filter(|s| *s != handle.attached().size) {
-        // The pane may have been created by a terminal of another size.
-        let _ = session.resize(&binding, size).await;
-    }
+    // From here on SIGTERM and SIGHUP are ours: they end relay promptly, terminal restored.
+    let mut stops = Stops::new()?;
+    // The pane may have been created by a terminal of another size.
+    let resize = start_resizer(
+        &session,
+        &binding,
+        size.filter(|s| *s != handle.attached().size),
+    );
     let raw = RawMode::enter().context("cannot put the terminal in raw mode")?;
     let tty = raw.is_some();
-    let outcome = pump(&session, handle, &binding, tty).await;
+    let (mut input, mut failures) = InputQueue::start(&session, &binding);
+    let outcome = pump(handle, &mut input, &mut failures, &resize, &mut stops, tty).await;
     drop(raw);
-    if tty && !matches!(outcome, Ok(Outcome::Exited(_))) {
+    if tty && !matches!(outcome, Ok(Outcome::Exited { .. })) {
         // The cursor is wherever the shell left it (usually after a prompt).
         eprintln!();
     }
     match outcome? {
         Outcome::Detached => {
             eprintln!("[detached from pane {pane}; run the same command to reattach]");
+            // Local-first: the terminal is already back. Typed input and the detach are
+            // delivered best effort and briefly; a stopped agent treats the dropped connection
+            // as a detach anyway (rule A: nothing ends).
+            tokio::select! {
+                _ = tokio::time::timeout(DETACH_GRACE, async {
+                    input.finish().await;
+                    let _ = session.detach(&binding).await;
+                }) => {}
+                _ = stops.recv() => {}
+            }
             Ok(0)
         }
-        Outcome::Exited(exit) => Ok(exit_code(&exit)),
+        Outcome::Exited { exit, reason } => {
+            if reason != EndReason::Exited {
+                eprintln!("[the shell of pane {pane} ended: {reason}, {exit}]");
+            }
+            Ok(exit_code(&exit))
+        }
     }
 }
 
-/// Moves bytes until the shell exits or the user detaches.
-async fn pump(
+/// How long a detach waits to deliver typed input and the `Detach` request.
+const DETACH_GRACE: Duration = Duration::from_secs(2);
+
+/// One sentence for `relay attach` to a pane that does not exist or has ended.
+fn not_attachable(
+    e: &relay_connector::Error,
+    pane: &PaneKey,
+    destination: &impl Display,
+) -> String {
+    match e.agent_reply() {
+        Some(ErrorReply::Ended { exit, reason, .. }) => {
+            let how = exit.as_ref().map(|x| format!(", {x}")).unwrap_or_default();
+            format!("pane {pane} has ended ({reason}{how}); use `relay shell` to start a new shell")
+        }
+        _ => format!("no pane {pane} on {destination}; use `relay shell` to create it"),
+    }
+}
+
+/// Sends the latest window size to the pane from its own task, so a stopped agent cannot hold up
+/// the terminal loop. Starts with `initial` when given; ends when the sender is dropped.
+fn start_resizer(
     session: &Session,
-    mut handle: PaneHandle,
     binding: &Binding,
+    initial: Option<TermSize>,
+) -> watch::Sender<Option<TermSize>> {
+    let (tx, mut rx) = watch::channel(initial);
+    let (session, binding) = (session.clone(), binding.clone());
+    tokio::spawn(async move {
+        loop {
+            let size = *rx.borrow_and_update();
+            if let Some(size) = size {
+                let _ = session.resize(&binding, size).await;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    tx
+}
+
+/// SIGTERM and SIGHUP: leave like a detach (terminal restored, shell left running).
+struct Stops {
+    term: Signal,
+    hup: Signal,
+}
+
+impl Stops {
+    fn new() -> anyhow::Result<Stops> {
+        Ok(Stops {
+            term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
+            hup: signal(SignalKind::hangup()).context("cannot watch SIGHUP")?,
+        })
+    }
+
+    /// Resolves with the error to exit with when one of the signals arrives.
+    async fn recv(&mut self) -> anyhow::Error {
+        tokio::select! {
+            _ = self.term.recv() => stopped_by("SIGTERM", 15),
+            _ = self.hup.recv() => stopped_by("SIGHUP", 1),
+        }
+    }
+}
+
+/// Moves bytes until the shell exits or the user detaches. Never waits for the agent: input and
+/// resizes go through their own tasks, so escapes and signals are always handled.
+async fn pump(
+    mut handle: PaneHandle,
+    input: &mut InputQueue,
+    failures: &mut InputFailures,
+    resize: &watch::Sender<Option<TermSize>>,
+    stops: &mut Stops,
     tty: bool,
 ) -> anyhow::Result<Outcome> {
     let mut stdin = Some(terminal::spawn_stdin_reader());
     let mut escapes = Escapes::new(tty);
     let mut winch = signal(SignalKind::window_change()).context("cannot watch SIGWINCH")?;
-    // Terminated or hung up: leave like a detach (terminal restored, shell left running).
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut hup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
     let mut out = tokio::io::stdout();
     loop {
         tokio::select! {
@@ -137,29 +227,27 @@ async fn pump(
                     out.write_all(marker.as_bytes()).await?;
                     out.flush().await?;
                 }
-                Some(PaneEvent::Exited { exit, .. }) => return Ok(Outcome::Exited(exit)),
-                Some(PaneEvent::Disconnected { reason }) => {
-                    // Rule A: a lost connection says nothing about the shell.
-                    anyhow::bail!(
-                        "connection to the agent lost ({reason}); the shell was not ended by \
-                         relay: run the same command to reattach"
-                    )
+                Some(PaneEvent::Exited { exit, reason, .. }) => {
+                    return Ok(Outcome::Exited { exit, reason })
                 }
+                // Rule A: a lost connection says nothing about the shell.
+                Some(PaneEvent::Disconnected { reason }) => anyhow::bail!(lost(&reason)),
                 None => anyhow::bail!(
                     "the pane's output stream ended; run the same command to reattach"
                 ),
             },
-            chunk = recv(&mut stdin) => match chunk {
-                // EOF on stdin (piped input): keep showing output until the shell exits.
-                None => stdin = None,
+            chunk = recv(&mut stdin), if input.accepting() => match chunk {
+                // EOF on stdin (piped input): deliver it, keep showing output until the shell
+                // exits.
+                None => {
+                    stdin = None;
+                    input.close();
+                }
                 Some(bytes) => {
                     for action in escapes.feed(&bytes) {
                         match action {
-                            Action::Send(data) => send_input(session, binding, &data).await?,
-                            Action::Detach => {
-                                let _ = session.detach(binding).await;
-                                return Ok(Outcome::Detached);
-                            }
+                            Action::Send(data) => input.push(data),
+                            Action::Detach => return Ok(Outcome::Detached),
                             Action::Help => {
                                 out.write_all(HELP.as_bytes()).await?;
                                 out.flush().await?;
@@ -168,15 +256,24 @@ async fn pump(
                     }
                 }
             },
-            _ = term.recv() => return Err(stopped_by("SIGTERM", 15)),
-            _ = hup.recv() => return Err(stopped_by("SIGHUP", 1)),
+            () = input.make_room(), if !input.accepting() => {}
+            err = failures.next() => return Err(err),
+            err = stops.recv() => return Err(err),
             _ = winch.recv() => {
                 if let Some(size) = terminal::size() {
-                    let _ = session.resize(binding, size).await;
+                    resize.send_replace(Some(size));
                 }
             }
         }
     }
+}
+
+/// What to say when the connection dropped while attached.
+fn lost(reason: &str) -> String {
+    format!(
+        "connection to the agent lost ({reason}); the shell may still be running: run the same \
+         command to reattach"
+    )
 }
 
 fn stopped_by(name: &str, number: u8) -> anyhow::Error {
@@ -187,20 +284,6 @@ fn stopped_by(name: &str, number: u8) -> anyhow::Error {
         ),
     }
     .into()
-}
-
-async fn send_input(session: &Session, binding: &Binding, data: &[u8]) -> anyhow::Result<()> {
-    match session.input(binding, data).await {
-        Ok(()) => Ok(()),
-        // The shell is ending: its exit event follows, keep reading.
-        Err(e) if e.is_ended() => Ok(()),
-        Err(e) if e.is_mismatch() => Err(Failure {
-            code: 1,
-            message: format!("{e}; run the same command to attach to the pane's current shell"),
-        }
-        .into()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 async fn recv(rx: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {

@@ -8,14 +8,23 @@ use relay_protocol::{Binding, Incarnation, PaneKey, PtyId};
 
 use crate::{render, Cli, Command};
 
-/// Runs `cli`'s command.
+/// Runs `cli`'s command; every request to the agent is bounded by `--timeout`.
 pub async fn run(cli: &Cli) -> anyhow::Result<()> {
     let destination = Destination::from_args(false, cli.ssh.as_deref())?;
     let transport = destination.transport_with(&cli.ssh_args)?;
     let client_id = format!("relayctl/{}", std::process::id());
-    let session = Session::connect(transport.as_ref(), &client_id)
-        .await
-        .with_context(|| format!("cannot reach the relay agent ({destination})"))?;
+    let connect = Session::connect(transport.as_ref(), &client_id);
+    let connected = match destination {
+        // Reaching the local agent includes starting it (at most a few seconds).
+        Destination::Local => tokio::time::timeout(cli.timeout, connect)
+            .await
+            .map_err(|_| not_answering(&destination, cli.timeout))?,
+        // SSH setup (connect, authenticate, deploy an agent) has its own bounds.
+        Destination::Host(_) => connect.await,
+    };
+    let session = connected
+        .with_context(|| format!("cannot reach the relay agent ({destination})"))?
+        .with_request_timeout(Some(cli.timeout));
     let mut out = std::io::stdout().lock();
     match &cli.command {
         Command::Leases { json } => {
@@ -58,6 +67,15 @@ pub async fn run(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The error for an agent that accepted the connection but did not complete the hello in time.
+fn not_answering(destination: &Destination, limit: std::time::Duration) -> anyhow::Error {
+    anyhow::anyhow!(
+        "connecting to the relay agent ({destination}): the agent did not answer within {} s; it \
+         may be stopped or overloaded (check `relayctl status` / the agent log)",
+        limit.as_secs_f64()
+    )
+}
+
 fn parse_binding(pane: &str, pty: &str) -> anyhow::Result<Binding> {
     Ok(Binding {
         pane: parse_pane(pane)?,
@@ -65,16 +83,18 @@ fn parse_binding(pane: &str, pty: &str) -> anyhow::Result<Binding> {
     })
 }
 
-/// `workspace/tab/leaf`; the workspace may itself contain `/`.
+/// Exactly `workspace/tab/leaf`: three non-empty parts, none containing `/` (the form `relay`
+/// accepts and `relayctl leases` prints).
 fn parse_pane(s: &str) -> anyhow::Result<PaneKey> {
-    let mut parts = s.rsplitn(3, '/');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(leaf), Some(tab), Some(ws))
-            if !leaf.is_empty() && !tab.is_empty() && !ws.is_empty() =>
-        {
+    let parts: Vec<&str> = s.split('/').collect();
+    match parts[..] {
+        [ws, tab, leaf] if !ws.is_empty() && !tab.is_empty() && !leaf.is_empty() => {
             Ok(PaneKey::new(ws, tab, leaf))
         }
-        _ => anyhow::bail!("pane {s:?} is not `workspace/tab/leaf` (see `relayctl leases`)"),
+        _ => anyhow::bail!(
+            "pane {s:?} is not `workspace/tab/leaf` (exactly three non-empty parts separated by \
+             `/`, as printed by `relayctl leases`)"
+        ),
     }
 }
 
@@ -97,7 +117,7 @@ mod tests {
 
     #[test]
     fn pane_and_pty_round_trip_through_their_printed_form() {
-        let pane = PaneKey::new("org/repo", "tab", "0");
+        let pane = PaneKey::new("org", "tab", "0");
         assert_eq!(parse_pane(&pane.to_string()).unwrap(), pane);
         let pty = PtyId {
             incarnation: Incarnation(0xdead_beef),
@@ -106,5 +126,22 @@ mod tests {
         assert_eq!(parse_pty(&pty.to_string()).unwrap(), pty);
         assert!(parse_pane("just-one").is_err());
         assert!(parse_pty("xyz").is_err());
+    }
+
+    /// Regression: `rsplitn` read `default/p/q/0` as workspace `default/p`, and `//0`-style keys
+    /// with empty parts slipped through; only exactly three non-empty parts are a pane.
+    #[test]
+    fn a_pane_is_exactly_three_non_empty_parts() {
+        for bad in ["default/p/q/0", "//0", "w//0", "w/t/", "/t/0", "w/t", ""] {
+            let err = parse_pane(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("`workspace/tab/leaf`") && err.contains("exactly three non-empty"),
+                "{bad:?}: {err}"
+            );
+        }
+        assert_eq!(
+            parse_pane("wörk/t/é").unwrap(),
+            PaneKey::new("wörk", "t", "é")
+        );
     }
 }

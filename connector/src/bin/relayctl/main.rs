@@ -7,6 +7,7 @@ mod commands;
 mod render;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -14,12 +15,17 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "relayctl", version)]
 pub struct Cli {
-    /// Manage the agent on this SSH host (user@host[:port] or an ssh_config alias).
+    /// Manage the agent on this SSH host (`user@host[:port]` or an ssh_config alias).
     #[arg(long, global = true, value_name = "HOST")]
     pub ssh: Option<String>,
     /// SSH flags for --ssh (--accept-new, -F, -i, --port).
     #[command(flatten)]
     pub ssh_args: relay_connector::ssh::cli::SshArgs,
+    /// Give up when the agent has not answered a request within SECS seconds (a stopped or
+    /// overloaded agent). Also bounds reaching the local agent; an SSH connection has its own
+    /// bounds (ConnectTimeout, 30 s for the agent's hello).
+    #[arg(long, global = true, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
+    pub timeout: Duration,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -61,6 +67,17 @@ pub enum Command {
         #[arg(long)]
         off: bool,
     },
+}
+
+/// A positive number of seconds (fractions allowed), at most a day.
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds (e.g. 10 or 0.5)"))?;
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!("{s} must be more than 0 and at most 86400 seconds"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn main() -> ExitCode {

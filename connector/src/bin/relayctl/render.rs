@@ -9,13 +9,19 @@
 //! Unix epoch; the latter may be null), `bytes_out`, `command` (array of strings),
 //! `exit{code,signal}` (or null), `reason` (`exited|killed|agent_restarted|expired` or null),
 //! `protected` (bool), `attached` (number of connections).
+//!
+//! The table is for eyes: a cell longer than [`MAX_CELL`] characters is cut with `…`, and control
+//! characters in names are shown as `�` (a pane name must not drive the terminal). The JSON is
+//! for scripts and always complete.
 
-use std::fmt::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use relay_protocol::message::Status;
 use relay_protocol::{EndReason, ExitStatus, LeaseInfo};
 use serde_json::{json, Value};
+
+/// Longest table cell, in characters; longer ones end in `…`.
+pub const MAX_CELL: usize = 64;
 
 /// Milliseconds since the Unix epoch now.
 pub fn now_ms() -> u64 {
@@ -96,24 +102,43 @@ pub fn leases_table(leases: &[LeaseInfo], now_ms: u64) -> String {
 }
 
 fn align(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| cell(c)).collect())
+        .collect();
     let cols = rows[0].len();
     let widths: Vec<usize> = (0..cols)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for row in rows {
+    for row in &rows {
         let mut line = String::new();
         for (c, cell) in row.iter().enumerate() {
-            if c + 1 == cols {
-                line.push_str(cell);
-            } else {
-                let _ = write!(line, "{cell:<w$}   ", w = widths[c]);
+            line.push_str(cell);
+            if c + 1 < cols {
+                // Padding by hand: `{:<w$}` panics for widths above 65535.
+                let pad = widths[c] - cell.chars().count() + 3;
+                line.extend(std::iter::repeat_n(' ', pad));
             }
         }
         out.push_str(line.trim_end());
         out.push('\n');
     }
     out
+}
+
+/// A table cell: control characters replaced, at most [`MAX_CELL`] characters.
+fn cell(text: &str) -> String {
+    let clean = text
+        .chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c });
+    if text.chars().count() > MAX_CELL {
+        let mut cut: String = clean.take(MAX_CELL - 1).collect();
+        cut.push('…');
+        cut
+    } else {
+        clean.collect()
+    }
 }
 
 /// Age like `kubectl`: `42s`, `5m`, `3h`, `2d`.
@@ -280,6 +305,29 @@ mod tests {
             "{row}"
         );
         assert!(row.contains("ended,protected"), "{row}");
+    }
+
+    /// Regression: a pane key part longer than 65535 characters made `relayctl leases` panic
+    /// ("Formatting argument out of range", exit 101).
+    #[test]
+    fn huge_and_hostile_names_are_cut_in_the_table_and_complete_in_json() {
+        let mut l = lease();
+        l.binding.pane = PaneKey::new("W".repeat(400_000), "t\u{1b}]0;x\u{7}", "0");
+        let t = leases_table(&[l.clone(), lease()], 1_000_000);
+        let row = t.lines().nth(1).unwrap();
+        let pane = row.split("   ").next().unwrap();
+        assert_eq!(pane.chars().count(), MAX_CELL, "{pane}");
+        assert!(pane.ends_with('…'), "{pane}");
+        assert!(t.lines().all(|line| line.chars().count() < 400), "{t}");
+        assert!(!t.contains('\u{1b}'));
+        let short = PaneKey::new("ws", "t\u{1b}]0;x\u{7}", "0");
+        let mut l2 = lease();
+        l2.binding.pane = short;
+        let t = leases_table(&[l2], 1_000_000);
+        assert!(t.contains("ws/t\u{fffd}]0;x\u{fffd}/0"), "{t}");
+        let v: Value = serde_json::from_str(&leases_json(&[l])).unwrap();
+        assert_eq!(v[0]["pane"]["workspace"].as_str().unwrap().len(), 400_000);
+        assert_eq!(v[0]["pane"]["tab"], "t\u{1b}]0;x\u{7}");
     }
 
     #[test]

@@ -1,0 +1,171 @@
+//! Rule G against a real agent: every refusal has a bounded way out. A stopped agent (SIGSTOP:
+//! the socket accepts, nothing answers) must not trap `relay` or `relayctl`, and an agent that
+//! refuses input because the program is not reading only slows a paste down.
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use relay_protocol::PaneKey;
+use relay_tests::{bins, eventually, read_until_text, Collected, TestHome, LIVENESS};
+
+use super::piped_run::PipedRun;
+use super::{sh, wait_output, PtyRun};
+
+/// Keeps a process stopped (SIGSTOP) until dropped, then continues it (SIGCONT), also when the
+/// test fails, so the home's cleanup can still reach the daemon. Declare it after the
+/// [`TestHome`] so it is dropped first.
+struct Stopped(Pid);
+
+impl Stopped {
+    fn stop(pid: i32) -> Stopped {
+        let pid = Pid::from_raw(pid);
+        kill(pid, Signal::SIGSTOP).expect("stopping the daemon");
+        let stopped = Stopped(pid);
+        eventually("the daemon to be stopped", || {
+            (process_state(pid) == Some('T')).then_some(())
+        });
+        stopped
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGCONT);
+    }
+}
+
+/// The state letter from `/proc/<pid>/stat` (`T` when stopped).
+fn process_state(pid: Pid) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Starts the home's daemon and returns its pid.
+fn running_daemon(home: &TestHome) -> i32 {
+    home.leases_json();
+    home.daemon_pid().expect("the daemon runs")
+}
+
+#[test]
+fn relayctl_gives_up_on_a_stopped_agent_within_its_timeout() {
+    let home = TestHome::new();
+    let pid = running_daemon(&home);
+    let _stopped = Stopped::stop(pid);
+    let started = Instant::now();
+    let child = home
+        .command(&bins().relayctl)
+        .args(["status", "--timeout", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child);
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        elapsed < Duration::from_secs(6),
+        "took {elapsed:?}: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    for part in [
+        "(local)",
+        "the agent did not answer within 1 s",
+        "it may be stopped or overloaded (check `relayctl status` / the agent log)",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing: {stderr}");
+    }
+}
+
+/// With the agent stopped, `Enter ~ .` detaches at once (terminal restored, exit 0) and SIGTERM
+/// ends relay at once; neither waits for an answer that cannot come.
+#[test]
+fn relay_detaches_and_obeys_sigterm_while_the_agent_is_stopped() {
+    let home = TestHome::new();
+    let mut detacher = PtyRun::spawn(&home, &["shell", "--local", "--pane", "a"]);
+    let mut terminated = PtyRun::spawn(&home, &["shell", "--local", "--pane", "b"]);
+    for run in [&mut detacher, &mut terminated] {
+        run.type_text("echo ready-$((40+2))\r");
+        run.wait_for("ready-42");
+    }
+    let pid = home.daemon_pid().expect("the daemon runs");
+    let _stopped = Stopped::stop(pid);
+
+    detacher.type_text("\r~.");
+    let code = detacher.exit_within(Duration::from_secs(6));
+    assert_eq!(
+        code,
+        Some(0),
+        "~. must not wait for a stopped agent: {}",
+        detacher.screen()
+    );
+    assert!(detacher
+        .screen()
+        .contains("[detached from pane default/a/0"));
+
+    kill(Pid::from_raw(terminated.pid()), Signal::SIGTERM).unwrap();
+    let code = terminated.exit_within(Duration::from_secs(6));
+    assert_eq!(
+        code,
+        Some(128 + 15),
+        "SIGTERM ends relay: {}",
+        terminated.screen()
+    );
+    assert!(terminated.screen().contains("stopped by SIGTERM"));
+}
+
+/// Regression: piping more than the agent's 4 MiB input limit into a pane whose program is not
+/// reading yet made `relay shell` exit 1 on `LimitExceeded`. The paste must arrive whole and in
+/// order once the program reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_delivers_a_paste_beyond_the_agents_input_limit_in_order() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let size = 6_000_000;
+    let script = format!("stty raw -echo; echo armed; sleep 4; head -c {size} | cksum; exit 9");
+    let (_, mut handle) = session
+        .open(PaneKey::new("default", "paste", "0"), sh(&script), Some(0))
+        .await
+        .unwrap();
+    read_until_text(&mut handle, &mut Collected::default(), "armed")
+        .await
+        .unwrap();
+    let data: Vec<u8> = (0..)
+        .flat_map(|i: u32| format!("{i:07}\n").into_bytes())
+        .take(size)
+        .collect();
+    let expected = cksum(&data);
+
+    let mut run = PipedRun::spawn(&home, &["shell", "--local", "--pane", "paste"]);
+    run.feed_and_close(data);
+    let status = tokio::task::spawn_blocking(move || {
+        let status = run.exit_within(LIVENESS * 2);
+        (status, run.stdout(), run.stderr())
+    })
+    .await
+    .unwrap();
+    let (status, stdout, stderr) = status;
+    assert_eq!(status.and_then(|s| s.code()), Some(9), "stderr: {stderr}");
+    assert!(
+        stdout.contains(&expected),
+        "checksum {expected:?} of the whole paste, in order; got {stdout:?}"
+    );
+}
+
+/// `cksum`'s line for `data` ("CRC SIZE").
+fn cksum(data: &[u8]) -> String {
+    let mut child = std::process::Command::new("cksum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cksum");
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}

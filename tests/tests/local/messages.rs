@@ -1,0 +1,59 @@
+//! What `relay` says when a pane cannot be attached or the connection goes away: one clean
+//! sentence, and nothing it does not know (rule A).
+
+use std::process::Stdio;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use relay_protocol::PaneKey;
+use relay_tests::{bins, read_until, Collected, TestHome, LIVENESS};
+
+use super::piped_run::PipedRun;
+use super::sh;
+
+/// Regression: "pane X has ended (pane X ended (…); create it again…); use `relay shell`…".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_attach_to_an_ended_pane_says_so_in_one_sentence() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let (_, mut handle) = session
+        .open(PaneKey::new("w", "gone", "0"), sh("exit 3"), Some(0))
+        .await
+        .unwrap();
+    read_until(&mut handle, &mut Collected::default(), LIVENESS, |c| {
+        c.exit.is_some()
+    })
+    .await
+    .unwrap();
+    let out = home
+        .command(&bins().relay)
+        .args(["attach", "--local", "-w", "w", "--pane", "gone"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "relay: pane w/gone/0 has ended (exited, exit 3); use `relay shell` to start a new shell"
+    );
+}
+
+/// Regression: after the daemon was terminated, relay claimed "the shell was not ended by
+/// relay". It cannot know what happened to the shell; it says so, or reports the exit it saw.
+#[test]
+fn a_lost_connection_is_reported_without_claims_about_the_shell() {
+    let home = TestHome::new();
+    let mut run = PipedRun::spawn(&home, &["shell", "--local", "--pane", "up"]);
+    run.send("echo up-$((2+3))\n");
+    run.wait_for_stdout("up-5");
+    let pid = home.daemon_pid().expect("the daemon runs");
+    kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    let status = run.exit_within(LIVENESS);
+    let stderr = run.stderr();
+    assert!(status.is_some(), "relay exits when the agent goes away");
+    assert!(!stderr.contains("not ended by relay"), "{stderr}");
+    let honest = stderr.contains("connection to the agent lost")
+        && stderr.contains("the shell may still be running: run the same command to reattach");
+    let saw_exit = stderr.contains("[the shell of pane default/up/0 ended");
+    assert!(honest || saw_exit, "{stderr}");
+}

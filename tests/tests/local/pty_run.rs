@@ -1,0 +1,123 @@
+//! `relay` running in a real pseudo-terminal, as a user would run it.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use relay_tests::{bins, eventually, TestHome};
+
+/// `relay` running in a real pseudo-terminal, with everything it prints collected.
+pub struct PtyRun {
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    writer: Box<dyn Write + Send>,
+    screen: Arc<Mutex<Vec<u8>>>,
+    _master: Box<dyn portable_pty::MasterPty + Send>,
+}
+
+impl PtyRun {
+    /// Starts `relay ARGS` on a fresh 100x24 pseudo-terminal, in `home`.
+    pub fn spawn(home: &TestHome, args: &[&str]) -> PtyRun {
+        use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+        let pair = native_pty_system()
+            .openpty(PtySize {
+                rows: 24,
+                cols: 100,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+        let mut cmd = CommandBuilder::new(&bins().relay);
+        cmd.args(args);
+        cmd.cwd(home.path());
+        cmd.env("TERM", "xterm");
+        home.apply_env(|k, v| cmd.env(k, v));
+        let child = pair.slave.spawn_command(cmd).unwrap();
+        drop(pair.slave);
+        let mut reader = pair.master.try_clone_reader().unwrap();
+        let writer = pair.master.take_writer().unwrap();
+        let screen = Arc::new(Mutex::new(Vec::new()));
+        let sink = screen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        PtyRun {
+            child,
+            writer,
+            screen,
+            _master: pair.master,
+        }
+    }
+
+    /// Types `s` on the terminal.
+    pub fn type_text(&mut self, s: &str) {
+        self.writer.write_all(s.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    /// Everything relay printed so far (stdout and stderr share the terminal).
+    pub fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.screen.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until `needle` was printed; panics with the screen after the liveness bound.
+    pub fn wait_for(&self, needle: &str) {
+        let screen = self.screen.clone();
+        let what = format!("{needle:?} on the terminal");
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            eventually(&what, || {
+                String::from_utf8_lossy(&screen.lock().unwrap())
+                    .contains(needle)
+                    .then_some(())
+            })
+        }));
+        if found.is_err() {
+            panic!(
+                "{needle:?} never appeared; terminal shows: {:?}",
+                self.screen()
+            );
+        }
+    }
+
+    /// The relay process id.
+    pub fn pid(&self) -> i32 {
+        self.child.process_id().expect("relay has a pid") as i32
+    }
+
+    /// Waits at most `bound` for relay to exit; its exit code, or `None` if it still runs.
+    pub fn exit_within(&mut self, bound: Duration) -> Option<u32> {
+        let deadline = Instant::now() + bound;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the reader thread collect the last bytes written before exit.
+                std::thread::sleep(Duration::from_millis(100));
+                return Some(status.exit_code());
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for relay to exit (liveness bound); its exit code.
+    pub fn wait_exit(&mut self) -> u32 {
+        let status = eventually("relay to exit", || self.child.try_wait().unwrap());
+        // Let the reader thread collect the last bytes written before exit.
+        std::thread::sleep(Duration::from_millis(100));
+        status.exit_code()
+    }
+}
+
+impl Drop for PtyRun {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+    }
+}
