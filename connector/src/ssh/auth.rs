@@ -64,7 +64,9 @@ pub(crate) async fn authenticate(
         .filter_map(|p| russh::keys::load_public_key(pub_path(p)).ok())
         .collect();
 
-    if !opts.no_agent && std::env::var_os("SSH_AUTH_SOCK").is_some() {
+    // An empty SSH_AUTH_SOCK counts as unset, as in OpenSSH.
+    let agent_sock = std::env::var_os("SSH_AUTH_SOCK").filter(|s| !s.is_empty());
+    if !opts.no_agent && agent_sock.is_some() {
         match AgentClient::connect_env().await {
             Ok(mut agent) => match agent.request_identities().await {
                 Ok(ids) => {

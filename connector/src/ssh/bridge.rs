@@ -16,6 +16,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use russh::{ChannelMsg, ChannelReadHalf};
 use tokio::io::{AsyncRead, ReadBuf};
 
+use super::handler::{lost_reason, LostReason};
 use crate::Error;
 
 /// Most shell noise accepted before the sentinel line, in bytes.
@@ -37,16 +38,53 @@ pub(crate) struct BridgeReader {
     pending: Bytes,
     stderr_tail: Vec<u8>,
     exit_status: Option<u32>,
+    /// Why the SSH connection ended, once it has.
+    lost: LostReason,
 }
 
 impl BridgeReader {
-    pub(crate) fn new(read: ChannelReadHalf) -> Self {
+    pub(crate) fn new(read: ChannelReadHalf, lost: LostReason) -> Self {
         BridgeReader {
             state: State::Idle(read),
             pending: Bytes::new(),
             stderr_tail: Vec::new(),
             exit_status: None,
+            lost,
         }
+    }
+
+    /// The bridge's stderr tail, trimmed, or `(none)`.
+    fn stderr_text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.stderr_tail)
+            .trim()
+            .to_string();
+        if text.is_empty() {
+            "(no stderr)".to_string()
+        } else {
+            text
+        }
+    }
+
+    /// How the channel ended: `None` for a clean end (exit status 0), else an error naming the
+    /// SSH cause (connection lost) or the bridge's exit status and stderr tail.
+    fn end_error(&self, channel_gone: bool) -> Option<io::Error> {
+        if self.exit_status == Some(0) {
+            return None;
+        }
+        if let Some(reason) = lost_reason(&self.lost) {
+            return Some(io::Error::other(format!(
+                "connection to the agent lost: {reason}"
+            )));
+        }
+        let how = match self.exit_status {
+            Some(s) => format!("exit status {s}"),
+            None if channel_gone => "the ssh connection ended".to_string(),
+            None => "no exit status".to_string(),
+        };
+        Some(io::Error::other(format!(
+            "the agent bridge ended ({how}); its stderr: {}",
+            self.stderr_text()
+        )))
     }
 
     async fn next_msg(&mut self) -> Option<ChannelMsg> {
@@ -106,9 +144,12 @@ impl BridgeReader {
             Some(s) => format!("exit status {s}"),
             None => "no exit status".to_string(),
         };
+        let lost = lost_reason(&self.lost)
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
         Error::Deploy(format!(
-            "the agent bridge ended before it started ({status}): {}",
-            String::from_utf8_lossy(&self.stderr_tail).trim()
+            "the agent bridge ended before it started ({status}){lost}: {}",
+            self.stderr_text()
         ))
     }
 
@@ -117,8 +158,9 @@ impl BridgeReader {
         match msg {
             ChannelMsg::ExtendedData { data, .. } => {
                 let text = String::from_utf8_lossy(&data);
+                // Often login-shell noise: quoted in the error if the bridge fails.
                 for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                    tracing::warn!("agent bridge: {line}");
+                    tracing::debug!("agent bridge stderr: {line}");
                 }
                 self.stderr_tail.extend_from_slice(&data);
                 let excess = self.stderr_tail.len().saturating_sub(STDERR_TAIL);
@@ -128,11 +170,13 @@ impl BridgeReader {
             ChannelMsg::ExitStatus { exit_status } => {
                 self.exit_status = Some(exit_status);
                 if exit_status != 0 {
-                    tracing::warn!(exit_status, "agent bridge exited");
+                    tracing::debug!(exit_status, "agent bridge exited");
                 }
                 false
             }
-            ChannelMsg::Eof | ChannelMsg::Close => true,
+            // After EOF the exit status and the close still follow: keep reading for them.
+            ChannelMsg::Eof => false,
+            ChannelMsg::Close => true,
             _ => false,
         }
     }
@@ -185,7 +229,12 @@ impl AsyncRead for BridgeReader {
                         this.state = State::Waiting(fut);
                         return Poll::Pending;
                     }
-                    Poll::Ready((_, None)) => return Poll::Ready(Ok(())),
+                    Poll::Ready((_, None)) => {
+                        return Poll::Ready(match this.end_error(true) {
+                            Some(e) => Err(e),
+                            None => Ok(()),
+                        })
+                    }
                     Poll::Ready((read, Some(msg))) => {
                         this.state = State::Idle(read);
                         match msg {
@@ -193,6 +242,9 @@ impl AsyncRead for BridgeReader {
                             other => {
                                 if this.note(other) {
                                     this.state = State::Done;
+                                    if let Some(e) = this.end_error(false) {
+                                        return Poll::Ready(Err(e));
+                                    }
                                 }
                             }
                         }

@@ -2,6 +2,8 @@
 //! transport) or `ProxyJump` (a `direct-tcpip` channel through the jump host's own connection,
 //! any number of hops), then key exchange with host key verification, then authentication.
 
+use std::borrow::Cow;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -9,12 +11,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use russh::client::{Config, Handle};
+use russh::keys::Algorithm;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, ReadBuf};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use super::auth::{self, AuthOptions};
 use super::config::{self, HostConfig, ResolveOptions};
-use super::handler::{ClientHandler, HandlerError};
+use super::handler::{ClientHandler, HandlerError, LostReason};
 use super::known_hosts::HostKeyPolicy;
 use crate::Error;
 
@@ -45,6 +48,8 @@ pub(crate) struct Connection {
     pub(crate) handle: Handle<ClientHandler>,
     /// Jump host connections, nearest hop first; they must live as long as `handle`.
     pub(crate) jumps: Vec<Handle<ClientHandler>>,
+    /// Why the connection to the host ended, once it has.
+    pub(crate) lost: LostReason,
 }
 
 impl Connection {
@@ -63,7 +68,11 @@ impl Connection {
 }
 
 fn client_config(cfg: &HostConfig) -> Arc<Config> {
+    let recorded = known_key_algorithms(&cfg.hostname, cfg.port, &cfg.known_hosts_files);
+    let mut preferred = russh::Preferred::default();
+    preferred.key = Cow::Owned(prefer_recorded(&preferred.key, &recorded));
     Arc::new(Config {
+        preferred,
         nodelay: true,
         keepalive_interval: Some(
             cfg.server_alive_interval
@@ -73,6 +82,31 @@ fn client_config(cfg: &HostConfig) -> Arc<Config> {
         inactivity_timeout: None,
         ..Config::default()
     })
+}
+
+/// Key types known_hosts records for `host:port` (unreadable files count as empty: the host key
+/// check reports them).
+fn known_key_algorithms(host: &str, port: u16, files: &[PathBuf]) -> Vec<Algorithm> {
+    files
+        .iter()
+        .filter_map(|f| russh::keys::known_hosts::known_host_keys_path(host, port, f).ok())
+        .flatten()
+        .map(|(_, key)| key.algorithm())
+        .collect()
+}
+
+/// `default` with the algorithms of `recorded` keys first (like OpenSSH, so that a host known by
+/// its ECDSA or RSA key is not reported as unknown because it also has an ed25519 key). RSA
+/// keys are recorded as `ssh-rsa` but negotiated as `rsa-sha2-*`: every RSA variant matches.
+fn prefer_recorded(default: &[Algorithm], recorded: &[Algorithm]) -> Vec<Algorithm> {
+    let matches = |a: &Algorithm| {
+        recorded.iter().any(|r| {
+            r == a || (matches!(r, Algorithm::Rsa { .. }) && matches!(a, Algorithm::Rsa { .. }))
+        })
+    };
+    let (mut first, rest): (Vec<_>, Vec<_>) = default.iter().cloned().partition(|a| matches(a));
+    first.extend(rest);
+    first
 }
 
 /// Connects and authenticates to `cfg`, through its `ProxyJump`/`ProxyCommand` if any.
@@ -93,7 +127,14 @@ pub(crate) fn connect<'a>(
                 cfg.alias
             )));
         }
+        let lost = LostReason::default();
+        let keepalive_interval = cfg
+            .server_alive_interval
+            .unwrap_or(DEFAULT_KEEPALIVE_INTERVAL);
+        let keepalive_max = cfg.server_alive_count_max.unwrap_or(DEFAULT_KEEPALIVE_MAX);
         let handler = ClientHandler {
+            keepalive_budget: keepalive_interval * keepalive_max.max(1) as u32,
+            lost: lost.clone(),
             host: cfg.hostname.clone(),
             port: cfg.port,
             known_hosts: cfg.known_hosts_files.clone(),
@@ -180,7 +221,11 @@ pub(crate) fn connect<'a>(
                 ))
             })??;
         auth::authenticate(&mut handle, cfg, auth).await?;
-        Ok(Connection { handle, jumps })
+        Ok(Connection {
+            handle,
+            jumps,
+            lost,
+        })
     })
 }
 
@@ -246,5 +291,26 @@ impl AsyncWrite for ProxyStream {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_key_types_are_preferred() {
+        let default = russh::Preferred::default().key.to_vec();
+        let ecdsa = Algorithm::Ecdsa {
+            curve: russh::keys::EcdsaCurve::NistP256,
+        };
+        let got = prefer_recorded(&default, std::slice::from_ref(&ecdsa));
+        assert_eq!(got[0], ecdsa);
+        assert_eq!(got[1], Algorithm::Ed25519);
+        assert_eq!(got.len(), default.len());
+        let got = prefer_recorded(&default, &[Algorithm::Rsa { hash: None }]);
+        assert!(matches!(got[0], Algorithm::Rsa { .. }));
+        assert!(matches!(got[2], Algorithm::Rsa { .. }));
+        assert_eq!(prefer_recorded(&default, &[]), default);
     }
 }

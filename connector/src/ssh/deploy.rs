@@ -1,7 +1,8 @@
 //! Auto-deploy of `relay-agent` to a host over exec channels.
 //!
 //! 1. **Probe** (one exec): `uname -sm` after a sentinel line (login shells may print banners,
-//!    motd or `.bashrc` noise first), plus the sha256 of every `~/.relay/bin/relay-agent-<version>-*`.
+//!    motd or `.bashrc` noise first), the sha256 tool found (none: refused, nothing uploaded),
+//!    plus the sha256 of every `~/.relay/bin/relay-agent-<version>-*`.
 //! 2. Map the platform to a Rust target (`Linux x86_64` → `x86_64-unknown-linux-gnu`) and find the
 //!    local agent binary for it ([`AgentSource`]). Its sha256 names the remote file:
 //!    `~/.relay/bin/relay-agent-<connector version>-<first 16 hex digits of sha256>`.
@@ -238,6 +239,64 @@ fn hash_of(var: &str) -> String {
     format!("$( (sha256sum \"{var}\" 2>/dev/null || shasum -a 256 \"{var}\") | cut -d' ' -f1)")
 }
 
+/// Prefix of the probe's line naming the host's sha256 tool.
+const HASH_TOOL: &str = "hash-tool=";
+
+/// What the probe found on the host.
+#[derive(Debug, PartialEq, Eq)]
+struct Probe {
+    /// `uname -sm` output.
+    platform: String,
+    /// Rust target for it.
+    target: &'static str,
+    /// `(sha256, path)` of every installed agent of this connector version.
+    installed: Vec<(String, String)>,
+}
+
+/// Parses the probe's output after its sentinel: the `uname -sm` line, the hash tool line, then
+/// `<sha256> <path>` lines.
+///
+/// # Errors
+/// [`Error::Deploy`] for an unsupported platform, or a host with no sha256 tool (an upload could
+/// never be verified there).
+fn parse_probe(answer: &str) -> Result<Probe, Error> {
+    let mut lines = answer.lines();
+    let platform = lines.next().unwrap_or_default().trim().to_string();
+    let mut parts = platform.split_whitespace();
+    let (os, machine) = (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    );
+    let Some(target) = target_for(os, machine) else {
+        return Err(Error::Deploy(format!(
+            "the host runs {platform:?}; relay has no agent build for that platform \
+             (supported: Linux x86_64/aarch64, macOS x86_64/arm64)"
+        )));
+    };
+    let tool = lines.next().unwrap_or_default().trim();
+    match tool.strip_prefix(HASH_TOOL) {
+        Some("sha256sum" | "shasum") => {}
+        _ => {
+            return Err(Error::Deploy(
+                "the host has neither sha256sum nor shasum, so relay cannot verify the agent \
+                 binary it would upload; install coreutils (or perl's shasum) on the host"
+                    .to_string(),
+            ))
+        }
+    }
+    let installed = lines
+        .filter_map(|l| {
+            let (hash, file) = l.trim().split_once(' ')?;
+            Some((hash.to_string(), file.to_string()))
+        })
+        .collect();
+    Ok(Probe {
+        platform,
+        target,
+        installed,
+    })
+}
+
 /// Makes sure a verified agent is installed on the host; uploads it when needed.
 ///
 /// # Errors
@@ -258,7 +317,9 @@ pub(crate) async fn ensure_agent(
     // 1. Probe.
     let mark = sentinel();
     let probe = format!(
-        "echo {mark}; uname -sm; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
+        "echo {mark}; uname -sm; if command -v sha256sum >/dev/null 2>&1; then echo {HASH_TOOL}sha256sum; \
+         elif command -v shasum >/dev/null 2>&1; then echo {HASH_TOOL}shasum; \
+         else echo {HASH_TOOL}none; fi; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
          [ -f \"$f\" ] && echo \"{h} $f\"; done; exit 0",
         h = hash_of("$f"),
     );
@@ -266,25 +327,14 @@ pub(crate) async fn ensure_agent(
     let stdout = String::from_utf8_lossy(&out.stdout);
     let Some(answer) = after_sentinel(&stdout, &mark) else {
         return Err(Error::Deploy(format!(
-            "the host did not run the probe command (exit {:?}; stderr: {:?}); is `sh` \
+            "the host did not run the probe command ({}; stderr: {:?}); is `sh` \
              available and does the login shell allow running commands?",
-            out.status,
+            exec::status_text(out.status),
             out.stderr_text()
         )));
     };
-    let mut lines = answer.lines();
-    let platform = lines.next().unwrap_or_default().trim().to_string();
-    let mut parts = platform.split_whitespace();
-    let (os, machine) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let Some(target) = target_for(os, machine) else {
-        return Err(Error::Deploy(format!(
-            "the host runs {platform:?}; relay has no agent build for that platform \
-             (supported: Linux x86_64/aarch64, macOS x86_64/arm64)"
-        )));
-    };
+    let probe = parse_probe(answer)?;
+    let (platform, target) = (probe.platform, probe.target);
     emit(DeployEvent::Probed {
         platform: platform.clone(),
         target: target.to_string(),
@@ -307,10 +357,11 @@ pub(crate) async fn ensure_agent(
 
     // 3. Present and verified?
     let suffix = format!("/{}", agent.name);
-    let remote_hash = lines.find_map(|l| {
-        let (hash, file) = l.trim().split_once(' ')?;
-        file.ends_with(&suffix).then(|| hash.to_string())
-    });
+    let remote_hash = probe
+        .installed
+        .iter()
+        .find(|(_, file)| file.ends_with(&suffix))
+        .map(|(hash, _)| hash.clone());
     match remote_hash {
         Some(h) if h == agent.sha256 => {
             emit(DeployEvent::AlreadyPresent {
@@ -375,8 +426,9 @@ pub(crate) async fn ensure_agent(
         }
         status => {
             return Err(Error::Deploy(format!(
-                "installing the agent in ~/.relay/bin failed (exit {status:?}): {}; check the \
-                 disk space and permissions of ~/.relay on the host",
+                "installing the agent in ~/.relay/bin failed ({}): {}; check the disk space \
+                 and permissions of ~/.relay on the host (it must be a writable directory)",
+                exec::status_text(status),
                 out.stderr_text()
             )))
         }
@@ -429,6 +481,29 @@ mod tests {
         );
         assert_eq!(target_for("FreeBSD", "amd64"), None);
         assert!(local_target().is_some());
+    }
+
+    #[test]
+    fn probe_output_is_parsed_and_a_missing_hash_tool_refused() {
+        let probe = parse_probe(
+            "Linux x86_64\nhash-tool=sha256sum\nabc /home/u/.relay/bin/relay-agent-1-x\n",
+        )
+        .unwrap();
+        assert_eq!(probe.target, "x86_64-unknown-linux-gnu");
+        assert_eq!(
+            probe.installed,
+            vec![("abc".into(), "/home/u/.relay/bin/relay-agent-1-x".into())]
+        );
+        assert!(parse_probe("Darwin arm64\nhash-tool=shasum\n").is_ok());
+        let err = parse_probe("Linux x86_64\nhash-tool=none\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("neither sha256sum nor shasum"), "{err}");
+        assert!(err.contains("coreutils"), "{err}");
+        let err = parse_probe("Plan9 mips\nhash-tool=sha256sum\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("Plan9"), "{err}");
     }
 
     #[test]

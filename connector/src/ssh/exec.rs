@@ -2,6 +2,9 @@
 //! status (deploy steps). The channel is always drained while input is sent (an unread channel
 //! would stall the whole SSH session) and always closed afterwards (sshd's `MaxSessions`).
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use russh::client::Handle;
 use russh::ChannelMsg;
 
@@ -13,6 +16,12 @@ const MAX_KEEP: usize = 1024 * 1024;
 
 /// Size of one data write when sending input, in bytes.
 const CHUNK: usize = 64 * 1024;
+
+/// A command that neither accepts input nor prints anything for this long is abandoned.
+const NO_PROGRESS: Duration = Duration::from_secs(60);
+
+/// How long to wait for the channel close after the command ended (exit status or EOF).
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// What a remote command printed and how it ended.
 #[derive(Debug, Default)]
@@ -45,8 +54,13 @@ pub(crate) fn sh_command(script: &str) -> String {
 /// Runs `command` (passed to the user's shell by sshd), sending `stdin` (then EOF) and reporting
 /// bytes sent through `progress`.
 ///
+/// Input stops as soon as the command ends (exit status or EOF from the host): a command that
+/// fails before reading all of it (full disk, permissions) is reported by its exit status instead
+/// of waiting forever for window space.
+///
 /// # Errors
-/// [`Error::Ssh`] when the channel cannot be opened or the connection drops.
+/// [`Error::Ssh`] when the channel cannot be opened or the connection drops; [`Error::Deploy`]
+/// when the command makes no progress (accepts no input, prints nothing) for 60 s.
 pub(crate) async fn run(
     handle: &Handle<ClientHandler>,
     command: &str,
@@ -63,6 +77,9 @@ pub(crate) async fn run(
         .await
         .map_err(|e| russh_error("starting a remote command", e))?;
 
+    // Time of the last sign of life: window space taken by a write, or any message received.
+    let last_progress = Mutex::new(Instant::now());
+    let touch = || *last_progress.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     let send = async {
         if let Some(data) = stdin {
             let total = data.len() as u64;
@@ -73,6 +90,7 @@ pub(crate) async fn run(
                     .data(chunk)
                     .await
                     .map_err(|e| russh_error("sending data to the host", e))?;
+                touch();
                 sent += chunk.len() as u64;
                 progress(sent, total);
             }
@@ -82,40 +100,78 @@ pub(crate) async fn run(
             .await
             .map_err(|e| russh_error("sending EOF to the host", e))
     };
-    let receive = async {
-        let mut out = ExecOutput::default();
-        let mut refused = false;
-        while let Some(msg) = read.wait().await {
-            match msg {
-                ChannelMsg::Data { data } => keep(&mut out.stdout, &data),
-                ChannelMsg::ExtendedData { data, .. } => keep(&mut out.stderr, &data),
-                ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
-                ChannelMsg::Failure => {
-                    refused = true;
-                    break;
+    tokio::pin!(send);
+    let mut sent: Option<Result<(), Error>> = None;
+    let mut out = ExecOutput::default();
+    let mut refused = false;
+    // Set once the remote side has ended (exit status or EOF): input is then pointless (nobody
+    // reads it; a write would wait for window space forever), so sending stops.
+    let mut ended_at: Option<Instant> = None;
+    loop {
+        let idle_deadline = *last_progress.lock().unwrap_or_else(|e| e.into_inner()) + NO_PROGRESS;
+        let deadline = match ended_at {
+            Some(t) => idle_deadline.min(t + CLOSE_GRACE),
+            None => idle_deadline,
+        };
+        tokio::select! {
+            result = &mut send, if sent.is_none() && ended_at.is_none() => sent = Some(result),
+            msg = read.wait() => {
+                touch();
+                match msg {
+                    Some(ChannelMsg::Data { data }) => keep(&mut out.stdout, &data),
+                    Some(ChannelMsg::ExtendedData { data, .. }) => keep(&mut out.stderr, &data),
+                    Some(ChannelMsg::ExitStatus { exit_status }) => {
+                        out.status = Some(exit_status);
+                        ended_at.get_or_insert_with(Instant::now);
+                    }
+                    Some(ChannelMsg::Eof) => {
+                        ended_at.get_or_insert_with(Instant::now);
+                    }
+                    Some(ChannelMsg::Failure) => {
+                        refused = true;
+                        break;
+                    }
+                    Some(ChannelMsg::Close) | None => break,
+                    Some(_) => {}
                 }
-                ChannelMsg::Close => break,
-                _ => {}
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                if ended_at.is_some() {
+                    break; // Ended, but the close never came: judge by what we have.
+                }
+                let _ = write.close().await;
+                return Err(Error::Deploy(format!(
+                    "a deploy command on the host made no progress for {} s (no data accepted, \
+                     no output); the host or the network is stuck. stderr so far: {:?}",
+                    NO_PROGRESS.as_secs(),
+                    out.stderr_text()
+                )));
             }
         }
-        (out, refused)
-    };
-    let (sent, (out, refused)) = tokio::join!(send, receive);
+    }
     let _ = write.close().await;
     if refused {
         return Err(Error::Ssh(format!(
             "the host refused to run a command over exec: {command}"
         )));
     }
-    // A send error with a reported exit status means the command ended early; let the caller
-    // judge by the status. Without a status the connection broke.
+    // A send error (or an unfinished send) with a reported exit status means the command ended
+    // early; let the caller judge by the status. Without a status the connection broke.
     match (sent, out.status) {
-        (Err(e), None) => Err(e),
-        _ if out.status.is_none() => Err(Error::Ssh(format!(
+        (Some(Err(e)), None) => Err(e),
+        (_, None) => Err(Error::Ssh(format!(
             "connection lost while running a remote command (no exit status): {}",
             out.stderr_text()
         ))),
         _ => Ok(out),
+    }
+}
+
+/// `exit 4`, or `no exit status`, for messages.
+pub(crate) fn status_text(status: Option<u32>) -> String {
+    match status {
+        Some(s) => format!("exit {s}"),
+        None => "no exit status".to_string(),
     }
 }
 

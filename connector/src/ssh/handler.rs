@@ -2,6 +2,8 @@
 //! [`Error`](crate::Error) kinds (transient network failures vs. host key/auth refusals).
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use russh::keys::PublicKeyOrCertificate;
 
@@ -56,10 +58,52 @@ pub(crate) struct ClientHandler {
     pub(crate) known_hosts: Vec<PathBuf>,
     /// What to do with unknown keys.
     pub(crate) policy: HostKeyPolicy,
+    /// Keepalive interval × count: how long an unanswered host is waited for (for messages).
+    pub(crate) keepalive_budget: Duration,
+    /// Why the connection ended, set when russh reports the disconnect (read by the bridge
+    /// reader so that a lost connection is reported with its SSH cause).
+    pub(crate) lost: LostReason,
+}
+
+/// Shared slot for the reason an SSH connection ended.
+pub(crate) type LostReason = Arc<Mutex<Option<String>>>;
+
+/// Reads a [`LostReason`].
+pub(crate) fn lost_reason(slot: &LostReason) -> Option<String> {
+    slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 impl russh::client::Handler for ClientHandler {
     type Error = HandlerError;
+
+    async fn disconnected(
+        &mut self,
+        reason: russh::client::DisconnectReason<Self::Error>,
+    ) -> Result<(), Self::Error> {
+        use russh::client::DisconnectReason;
+        let text = match &reason {
+            DisconnectReason::ReceivedDisconnect(info) => format!(
+                "the host closed the ssh connection ({:?}: {})",
+                info.reason_code, info.message
+            ),
+            DisconnectReason::Error(HandlerError::Russh(russh::Error::KeepaliveTimeout)) => {
+                format!(
+                    "ssh keepalive timeout (no answer from host for {} s)",
+                    self.keepalive_budget.as_secs()
+                )
+            }
+            DisconnectReason::Error(HandlerError::Russh(e)) => {
+                format!("ssh connection failed: {e}")
+            }
+            DisconnectReason::Error(HandlerError::HostKey(msg)) => msg.clone(),
+        };
+        tracing::debug!("ssh disconnected: {text}");
+        *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+        match reason {
+            DisconnectReason::ReceivedDisconnect(_) => Ok(()),
+            DisconnectReason::Error(e) => Err(e),
+        }
+    }
 
     async fn check_server_key(
         &mut self,

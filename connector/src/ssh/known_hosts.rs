@@ -5,8 +5,12 @@
 //!
 //! Entries are looked up with russh's known_hosts reader: plain and hashed (`|1|...`) host names,
 //! `[host]:port` for ports other than 22, comma-separated name lists. It does NOT understand
-//! wildcards, `!` negation, `@cert-authority`, `@revoked` or tab-separated fields: such lines never
-//! match (so the key is reported as unknown, never silently trusted).
+//! wildcards, `!` negation, `@cert-authority` or tab-separated fields: such lines never match (so
+//! the key is reported as unknown, never silently trusted; a `@cert-authority` line is never a
+//! plain trust because its first field, the marker, is not a host name).
+//!
+//! `@revoked` lines are read here: a key listed in any of them is refused under every policy,
+//! whatever the line's host patterns (like OpenSSH, which refuses revoked keys for every host).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -96,6 +100,48 @@ pub fn lookup(host: &str, port: u16, key: &PublicKey, files: &[PathBuf]) -> Resu
     Ok(changed.unwrap_or(Verdict::Unknown))
 }
 
+/// The first `@revoked <patterns> <type> <base64>` line (file, 1-based line) listing `key`,
+/// whatever its host patterns. Missing files count as empty; unparsable revoked lines are
+/// logged and skipped.
+///
+/// # Errors
+/// [`Error::HostKey`] when a file exists but cannot be read.
+pub fn revoked(key: &PublicKey, files: &[PathBuf]) -> Result<Option<(PathBuf, usize)>, Error> {
+    for file in files {
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                return Err(Error::HostKey(format!(
+                    "cannot read known_hosts file {}: {e}; fix its permissions",
+                    file.display()
+                )))
+            }
+        };
+        for (i, line) in text.lines().enumerate() {
+            let mut fields = line.split_whitespace();
+            if fields.next() != Some("@revoked") {
+                continue;
+            }
+            let (_patterns, kind, b64) = (fields.next(), fields.next(), fields.next());
+            let (Some(kind), Some(b64)) = (kind, b64) else {
+                tracing::warn!(file = %file.display(), line = i + 1, "malformed @revoked line");
+                continue;
+            };
+            match PublicKey::from_openssh(&format!("{kind} {b64}")) {
+                Ok(listed) if listed.key_data() == key.key_data() => {
+                    return Ok(Some((file.clone(), i + 1)))
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), line = i + 1, "unparsable @revoked key: {e}")
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// russh numbers known_hosts lines without counting `#` comment lines; map its number back to
 /// the line number an editor shows.
 fn physical_line(file: &Path, logical: usize) -> usize {
@@ -129,6 +175,14 @@ pub fn verify(
 ) -> Result<(), Error> {
     let name = host_entry_name(host, port);
     let alg = key.algorithm();
+    if let Some((file, line)) = revoked(key, files)? {
+        return Err(Error::HostKey(format!(
+            "the {alg} host key of {name} ({fp}) is REVOKED: {file} line {line} marks this key \
+             as revoked, so relay refuses it. Ask the host's administrator for the current key",
+            fp = fingerprint(key),
+            file = file.display(),
+        )));
+    }
     match lookup(host, port, key, files)? {
         Verdict::Known => Ok(()),
         Verdict::Changed { file, line } => Err(Error::HostKey(format!(
@@ -291,6 +345,38 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("CHANGED") && msg.contains("line 1"), "{msg}");
         assert!(msg.contains(&file.display().to_string()), "{msg}");
+    }
+
+    #[test]
+    fn revoked_keys_are_refused_under_every_policy_and_markers_never_trust() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known_hosts");
+        std::fs::write(
+            &file,
+            format!("h {KEY_A}\n# c\n@revoked * {KEY_A}\n@cert-authority ca-host {KEY_B}\n"),
+        )
+        .unwrap();
+        let files = [file.clone()];
+        for policy in [
+            HostKeyPolicy::Strict,
+            HostKeyPolicy::AcceptNew,
+            HostKeyPolicy::AcceptUnrecorded,
+        ] {
+            let msg = verify("h", 22, &key(KEY_A), &files, policy)
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains("REVOKED"), "{msg}");
+            assert!(msg.contains(&format!("{} line 3", file.display())), "{msg}");
+        }
+        // Another host's key is revoked too (patterns do not matter).
+        assert!(verify("other", 22, &key(KEY_A), &files, HostKeyPolicy::AcceptNew).is_err());
+        // A @cert-authority line is not a plain trust of its key.
+        assert_eq!(
+            lookup("ca-host", 22, &key(KEY_B), &files).unwrap(),
+            Verdict::Unknown
+        );
+        let before = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(before.lines().count(), 4);
     }
 
     #[test]

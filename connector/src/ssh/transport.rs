@@ -168,7 +168,7 @@ impl SshTransport {
             .exec(true, deploy::bridge_command(&deployed, &sentinel))
             .await
             .map_err(|e| russh_error("starting the agent bridge", e))?;
-        let mut reader = BridgeReader::new(read);
+        let mut reader = BridgeReader::new(read, conn.lost.clone());
         let timeout = self
             .opts
             .connect_timeout

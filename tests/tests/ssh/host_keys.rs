@@ -94,3 +94,53 @@ async fn accept_new_records_the_key_once_then_strict_passes() {
     let text2 = std::fs::read_to_string(host.known_hosts_path()).unwrap();
     assert_eq!(text, text2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn revoked_host_key_is_refused_even_with_accept_new() {
+    let host = SshHost::start().await.unwrap();
+    let kh = host.known_hosts_path();
+    let text = format!(
+        "{}\n# revoked after a leak\n@revoked * {}\n",
+        host.known_hosts_line(),
+        host.files().host_key.trim()
+    );
+    std::fs::write(&kh, &text).unwrap();
+    for policy in [None, Some(HostKeyPolicy::AcceptNew)] {
+        let mut opts = options(&host);
+        opts.host_key_policy = policy;
+        let err = Session::connect(&SshTransport::new(opts), "ssh-tests")
+            .await
+            .unwrap_err();
+        let Error::HostKey(msg) = &err else {
+            panic!("expected a host key error, got {err:?}");
+        };
+        assert!(msg.contains("REVOKED"), "{msg}");
+        assert!(msg.contains(&format!("{} line 3", kh.display())), "{msg}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&kh).unwrap(),
+        text,
+        "known_hosts changed"
+    );
+    assert_ne!(host.exec("test -e ~/.relay").await.unwrap().code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn host_known_only_by_its_ecdsa_key_connects_strictly() {
+    let host = SshHost::start().await.unwrap();
+    let ecdsa = host
+        .exec_ok("cat /etc/ssh/ssh_host_ecdsa_key.pub")
+        .await
+        .unwrap();
+    let fields: Vec<&str> = ecdsa.stdout.split_whitespace().collect();
+    assert!(fields[0].starts_with("ecdsa-sha2-"), "{fields:?}");
+    std::fs::write(
+        host.known_hosts_path(),
+        format!("[127.0.0.1]:{} {} {}\n", host.port(), fields[0], fields[1]),
+    )
+    .unwrap();
+    let session = Session::connect(&SshTransport::new(options(&host)), "ssh-tests")
+        .await
+        .unwrap();
+    session.list_leases().await.unwrap();
+}

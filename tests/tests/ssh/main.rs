@@ -16,6 +16,7 @@ use relay_protocol::{LeaseState, PaneKey, SpawnSpec};
 use relay_tests::fixture::SshHost;
 use relay_tests::{bins, read_until_text, Collected};
 
+mod broken_hosts;
 mod cli;
 mod deploy;
 mod host_keys;
