@@ -3,21 +3,25 @@
 
 use super::*;
 
+/// Options for `destination` that take everything (host, user, key, known_hosts) from the ssh
+/// config file `config` alone, with no ssh-agent.
+fn config_only(destination: &str, config: PathBuf) -> SshOptions {
+    let mut opts = SshOptions {
+        destination: destination.into(),
+        agent: AgentSource::File(agent_bin().to_path_buf()),
+        ..SshOptions::default()
+    };
+    opts.resolve.config_file = Some(config);
+    opts.auth.no_agent = true;
+    opts
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn ssh_config_alias_with_user_port_and_identity_file_is_honoured() {
     let host = SshHost::start().await.unwrap();
     host.write_known_hosts().unwrap();
     let config = host.write_ssh_config("fixture-box", "").unwrap();
-    let opts = |config: PathBuf| {
-        let mut o = SshOptions {
-            destination: "fixture-box".into(),
-            agent: AgentSource::File(agent_bin().to_path_buf()),
-            ..SshOptions::default()
-        };
-        o.resolve.config_file = Some(config);
-        o.auth.no_agent = true;
-        o
-    };
+    let opts = |config: PathBuf| config_only("fixture-box", config);
     let transport = SshTransport::new(opts(config));
     let cfg = transport.resolve().await.unwrap();
     assert_eq!(cfg.display(), format!("relay@127.0.0.1:{}", host.port()));
@@ -80,16 +84,12 @@ async fn proxy_jump_reaches_a_host_through_another() {
         ),
     )
     .unwrap();
-    let mut opts = SshOptions {
-        destination: "inner".into(),
-        agent: AgentSource::File(agent_bin().to_path_buf()),
-        ..SshOptions::default()
-    };
-    opts.resolve.config_file = Some(config);
-    opts.auth.no_agent = true;
-    let session = Session::connect(&SshTransport::new(opts), "ssh-tests")
-        .await
-        .unwrap();
+    let session = Session::connect(
+        &SshTransport::new(config_only("inner", config)),
+        "ssh-tests",
+    )
+    .await
+    .unwrap();
     session.list_leases().await.unwrap();
     // The target's only SSH peer is the jump host, and the agent runs on the target.
     assert_eq!(ssh_peers(&target).await, vec![jump_ip]);
@@ -116,16 +116,12 @@ async fn proxy_command_carries_the_connection() {
         ),
     )
     .unwrap();
-    let mut opts = SshOptions {
-        destination: "proxied".into(),
-        agent: AgentSource::File(agent_bin().to_path_buf()),
-        ..SshOptions::default()
-    };
-    opts.resolve.config_file = Some(config);
-    opts.auth.no_agent = true;
-    let session = Session::connect(&SshTransport::new(opts), "ssh-tests")
-        .await
-        .unwrap();
+    let session = Session::connect(
+        &SshTransport::new(config_only("proxied", config)),
+        "ssh-tests",
+    )
+    .await
+    .unwrap();
     session.list_leases().await.unwrap();
 }
 
