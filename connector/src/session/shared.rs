@@ -299,15 +299,10 @@ mod tests {
         m.to_bytes()
     }
 
-    #[test]
-    fn attach_reply_installs_the_subscriber_before_the_next_push() {
-        let shared = Shared::new();
-        let (tx, mut rx) = oneshot::channel();
-        let (sink, mut q) = PaneSink::new(1, 1 << 20);
-        shared.register(5, Pending::Attach(tx, sink)).unwrap();
-        let b = binding(1);
-        shared.dispatch(&frame(Message::Response(
-            5,
+    /// The agent's `Attached` reply to request `id` for `b`, from offset 0.
+    fn attached_reply(id: u64, b: &Binding) -> Vec<u8> {
+        frame(Message::Response(
+            id,
             Response::Attached(Attached {
                 binding: b.clone(),
                 replay_from: 0,
@@ -315,7 +310,17 @@ mod tests {
                 lost: 0,
                 size: TermSize::default(),
             }),
-        )));
+        ))
+    }
+
+    #[test]
+    fn attach_reply_installs_the_subscriber_before_the_next_push() {
+        let shared = Shared::new();
+        let (tx, mut rx) = oneshot::channel();
+        let (sink, mut q) = PaneSink::new(1, 1 << 20);
+        shared.register(5, Pending::Attach(tx, sink)).unwrap();
+        let b = binding(1);
+        shared.dispatch(&attached_reply(5, &b));
         shared.dispatch(&frame(Message::Push(Push::Output(Output {
             pty: b.pty,
             offset: 0,
@@ -376,16 +381,7 @@ mod tests {
         let (sink, mut q) = PaneSink::new(1, 1 << 20);
         shared.register(5, Pending::Attach(tx, sink)).unwrap();
         let b = binding(2);
-        shared.dispatch(&frame(Message::Response(
-            5,
-            Response::Attached(Attached {
-                binding: b.clone(),
-                replay_from: 0,
-                end_offset: 0,
-                lost: 0,
-                size: TermSize::default(),
-            }),
-        )));
+        shared.dispatch(&attached_reply(5, &b));
         let mut stale = b.clone();
         stale.pane = PaneKey::new("other", "t", "l");
         shared.dispatch(&frame(Message::Push(Push::Exited(Exited {
