@@ -52,7 +52,7 @@ fn torn_utf8_journal_line_does_not_stop_the_daemon() {
     let lease = c.lease(b.pty);
     assert_eq!(lease.state, LeaseState::Ended);
     assert_eq!(lease.reason, Some(EndReason::AgentRestarted));
-    assert!(home.log().contains("line 2: skipped"), "{}", home.log());
+    assert!(home.wait_log("line 2: skipped"), "{}", home.log());
 }
 
 /// A tmpfs mounted for one test, lazily unmounted when dropped.
@@ -156,9 +156,17 @@ fn full_disk_fails_create_cleanly_and_keeps_the_journal_whole() {
         assert_eq!(lease.state, LeaseState::Ended, "{b}");
         assert_eq!(lease.reason, Some(EndReason::AgentRestarted), "{b}");
     }
+    let starts = || home.log().matches("daemon starting").count();
+    assert!(wait_until(WAIT, || starts() == 2), "{}", home.log());
+    let log = home.log();
+    let second_start = log
+        .lines()
+        .filter(|l| l.contains("daemon starting"))
+        .nth(1)
+        .unwrap();
     assert!(
-        home.log().contains("skipped=0"),
-        "no unreadable journal line"
+        second_start.contains("skipped=0"),
+        "no unreadable journal line: {second_start}"
     );
 }
 
@@ -173,9 +181,16 @@ fn orphan_ignoring_sighup_is_ended_before_its_lease_is_reported_ended() {
     let b = c
         .create(
             &pane("nohup"),
-            &["sh", "-c", "trap '' HUP; while :; do sleep 1; done"],
+            &[
+                "sh",
+                "-c",
+                "trap '' HUP; echo trap-set; while :; do sleep 1; done",
+            ],
         )
         .binding;
+    // The daemon must not die before the shell has run `trap`: a hangup that arrives
+    // earlier ends the shell, and there is no orphan to test.
+    assert!(wait_until(WAIT, || c.lease(b.pty).bytes_out > 0));
     let pid = c.lease(b.pty).pid.unwrap();
     let daemon = c.status().pid;
     drop(c);
@@ -211,7 +226,9 @@ fn graceful_stop_records_agent_restarted_with_output_figures() {
             &["sh", "-c", "echo said-something; exec sleep 1000"],
         )
         .binding;
-    assert!(wait_until(WAIT, || c.lease(b.pty).bytes_out > 0));
+    // All of it: the line and its CRLF may arrive in two reads.
+    let said = "said-something\r\n".len() as u64;
+    assert!(wait_until(WAIT, || c.lease(b.pty).bytes_out == said));
     let before = c.lease(b.pty);
     let daemon = c.status().pid;
     drop(c);
