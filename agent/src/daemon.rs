@@ -144,6 +144,10 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
 }
 
 async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> anyhow::Result<()> {
+    // Before anything that others can observe (the socket): a SIGTERM sent as soon as the socket
+    // answers must reach the orderly shutdown, not the default action.
+    let mut term = tokio_signal(SignalKind::terminate())?;
+    let mut int = tokio_signal(SignalKind::interrupt())?;
     let grace = config.kill_grace;
     let (state, report) = State::open(config, &paths.journal())?;
     tracing::info!(
@@ -162,8 +166,6 @@ async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> an
     }
     let listener = UnixListener::bind(&sock).map_err(|e| annotate(e, "bind", &sock))?;
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
-    let mut term = tokio_signal(SignalKind::terminate())?;
-    let mut int = tokio_signal(SignalKind::interrupt())?;
     tracing::info!("listening on {}", sock.display());
     notify(ready.take(), "ready");
     let shutdown = async {
