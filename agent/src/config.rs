@@ -22,7 +22,10 @@ pub struct Config {
     pub max_ended: usize,
     /// Time between SIGHUP and SIGKILL when a PTY is killed.
     pub kill_grace: Duration,
-    /// How long, after the child exited, output may still arrive before `Exited` is sent.
+    /// How long, after the child exited, the PTY reader may take to reach end-of-file before
+    /// `Exited` is sent anyway (env `RELAY_EXIT_OUTPUT_GRACE_MS`, default 500 ms). End-of-file
+    /// normally comes at once; it waits this long only when a background process still holds
+    /// the terminal, and output after `Exited` is kept in the ring but not forwarded.
     pub exit_output_grace: Duration,
     /// Input bytes queued for one PTY before `Input` is refused with `LimitExceeded`.
     pub max_pending_input: usize,
@@ -59,6 +62,9 @@ impl Config {
             c.window = u32::try_from(n)
                 .map_err(|_| format!("RELAY_WINDOW_BYTES={n} is above {}", u32::MAX))?;
         }
+        if let Some(ms) = number("RELAY_EXIT_OUTPUT_GRACE_MS")? {
+            c.exit_output_grace = Duration::from_millis(ms);
+        }
         if let Ok(v) = std::env::var("RELAY_AGENT_ADVERTISE_VERSION") {
             if !v.is_empty() {
                 c.advertise_version = v;
@@ -74,7 +80,12 @@ fn number(var: &str) -> Result<Option<u64>, String> {
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(n) if n > 0 => Ok(Some(n)),
             _ => Err(format!(
-                "{var}={v:?} is not a positive number of bytes; unset it or give e.g. 4194304"
+                "{var}={v:?} is not a positive number; unset it or give e.g. {}",
+                if var.ends_with("_MS") {
+                    "500"
+                } else {
+                    "4194304"
+                }
             )),
         },
     }

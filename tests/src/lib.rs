@@ -87,7 +87,12 @@ impl TestHome {
             .expect("temp dir");
         let user_home = dir.path().join("home");
         std::fs::create_dir(&user_home).expect("creating the shells' HOME");
-        let mut vars: Vec<(OsString, OsString)> = vec![("HOME".into(), user_home.into())];
+        let mut vars: Vec<(OsString, OsString)> = vec![
+            ("HOME".into(), user_home.into()),
+            // A loaded test machine may need longer than the default 500 ms to drain a PTY
+            // that exited; tests compare exact output before the exit event.
+            ("RELAY_EXIT_OUTPUT_GRACE_MS".into(), "5000".into()),
+        ];
         vars.extend(
             env.iter()
                 .map(|(k, v)| (OsString::from(k), OsString::from(v))),

@@ -5,7 +5,7 @@ use nix::unistd::Pid;
 use relay_protocol::message::Kill;
 use relay_protocol::{EndReason, LeaseState, Push, Request};
 
-use crate::support::{alive, contains, pane, wait_until, Home, WAIT};
+use crate::support::{alive, contains, pane, pids_with, wait_until, Home, WAIT};
 
 /// Kill ends the shell: Done at once, then Exited (reason Killed, exit status recorded) after the
 /// last output, and the lease is ended with the same record.
@@ -97,6 +97,41 @@ fn exit_by_itself_is_pushed_after_the_last_output() {
     let lease = c.lease(b.pty);
     assert_eq!(lease.reason, Some(EndReason::Exited));
     assert_eq!(lease.bytes_out, out.len() as u64);
+}
+
+/// A shell that exits while a background process it started still holds the terminal (so the
+/// PTY never reaches end-of-file): `Exited` still arrives, after the output grace, with the output
+/// written before it; the background process is not killed by relay.
+#[test]
+fn exit_is_reported_while_a_background_process_holds_the_terminal() {
+    let home = Home::new();
+    home.start_daemon_with(&[("RELAY_EXIT_OUTPUT_GRACE_MS", "300")]);
+    let mut c = home.client();
+    let p = pane("bg");
+    let token = format!("relay-bg-{}", std::process::id());
+    let script = format!(
+        "trap '' HUP; sh -c 'sleep 30; : {token}' </dev/null & read x; printf left; exit 4"
+    );
+    let b = c.create(&p, &["sh", "-c", &script]).binding;
+    let a = c.attach(&p, Some(b.pty), Some(0)).unwrap();
+    assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
+    c.input(&b, "\n").unwrap();
+    let (out, exited) = c.output_until_exit(b.pty, a.replay_from);
+    assert!(
+        contains(&out, "left"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(exited.exit.code, 4);
+    assert_eq!(exited.event_key, a.replay_from + out.len() as u64);
+    let background = pids_with(&token);
+    assert!(
+        !background.is_empty(),
+        "the background process keeps running"
+    );
+    for pid in background {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
 }
 
 /// After a daemon restart, the leases of the old daemon are listed as ended with reason

@@ -59,7 +59,10 @@ impl Home {
         let mut c = Command::new(BIN);
         c.args(args)
             .env("RELAY_HOME", self.path())
-            .env("RELAY_LOG", "debug");
+            .env("RELAY_LOG", "debug")
+            // A loaded test machine may need longer than the default 500 ms to drain a PTY that
+            // exited; tests compare exact output before `Exited`.
+            .env("RELAY_EXIT_OUTPUT_GRACE_MS", "5000");
         c
     }
 
