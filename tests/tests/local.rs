@@ -287,8 +287,11 @@ async fn a_slow_consumer_does_not_stall_another_pane() {
     let session = home.session().await;
     let flood = PaneKey::new("w", "flood", "0");
     let echo = PaneKey::new("w", "echo", "0");
-    session.create(flood.clone(), sh("exec yes")).await.unwrap();
-    let mut flood_handle = session.attach(flood.clone(), None, Some(0)).await.unwrap();
+    // Created and subscribed in one step, so the flood's first bytes are still in the ring.
+    let (_, mut flood_handle) = session
+        .open(flood.clone(), sh("exec yes"), Some(0))
+        .await
+        .unwrap();
     // Nobody reads the flood for a while.
     let echo_binding = session
         .create(echo.clone(), sh(ECHO_LOOP))
@@ -416,9 +419,13 @@ fn relay_shell_detaches_with_tilde_dot_and_reattaches_with_replay() {
     assert_eq!(first.wait_exit(), 0, "detach exits 0: {}", first.screen());
     assert!(first.screen().contains("[detached from pane w/tty/0"));
 
-    let leases = home.leases_json();
-    assert_eq!(leases.len(), 1, "{leases:?}");
-    assert_eq!(leases[0]["state"], "detached", "the shell keeps running");
+    // The shell keeps running; the lease turns detached once the agent has seen the detach
+    // (or the dropped connection).
+    let leases = eventually("the lease to turn detached", || {
+        let leases = home.leases_json();
+        (leases.len() == 1 && leases[0]["state"] == "detached").then_some(leases)
+    });
+    assert_eq!(leases[0]["pane"]["leaf"], "0", "{leases:?}");
 
     let mut second = PtyRun::spawn(&home, &args);
     second.wait_for("marker-42-zz"); // replayed from the agent's ring

@@ -33,6 +33,7 @@ fn two_bridges_at_once_start_exactly_one_daemon() {
     );
     assert_eq!(a.pid, b.pid);
     assert_eq!(home.daemons(), vec![a.pid], "exactly one daemon process");
+    assert!(home.wait_log("daemon starting"));
     assert!(
         home.log().matches("daemon starting").count() == 1,
         "{}",

@@ -6,7 +6,7 @@ use std::net::Shutdown;
 
 use relay_protocol::{Envelope, ErrorReply, Hello, Request, Response};
 
-use crate::support::{contains, pane, Client, Home, WAIT};
+use crate::support::{contains, pane, wait_until, Client, Home, WAIT};
 
 /// An oversized frame, a truncated frame and random bytes each close only their connection,
 /// with a reason in agent.log; another client keeps working and its pane's output continues.
@@ -61,13 +61,19 @@ fn bad_frames_close_only_their_connection() {
         offset += out.len() as u64;
     }
     // Bytes that are not a Hello at all, before Hello.
+    let closed = || home.log().matches("closing connection").count();
+    let before = closed();
     let mut raw = Client::socket(&home);
     raw.write_all(b"SSH-2.0-banner\r\nnot relay at all")
         .unwrap();
     raw.shutdown(Shutdown::Write).unwrap();
     let mut bad = Client::over(raw.try_clone().unwrap(), std::io::sink());
     assert!(bad.closed_within(WAIT));
-    assert!(home.wait_log("closing connection"));
+    assert!(
+        wait_until(WAIT, || closed() > before),
+        "agent.log names why it closed the connection: {}",
+        home.log()
+    );
     good.ping(99);
 }
 

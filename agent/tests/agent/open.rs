@@ -108,7 +108,7 @@ fn open_respawns_an_ended_pane_reports_spawn_failures_and_detaches() {
     let (_, _) = c.output_until_exit(first.created.binding.pty, 0);
 
     let second = c
-        .open(&p, &["sh", "-c", "printf second; exec sleep 30"], Some(0))
+        .open(&p, &["sh", "-c", "printf second; exec sleep 1000"], Some(0))
         .unwrap();
     assert!(!second.created.existed);
     assert_ne!(second.created.binding.pty, first.created.binding.pty);

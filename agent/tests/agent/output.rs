@@ -12,7 +12,7 @@ fn output_arrives_in_order_and_resume_replays_exactly_the_missing_bytes() {
     home.start_daemon();
     let mut c = home.client();
     let p = pane("out");
-    let script = "for i in 1 2 3 4 5 6 7 8 9; do printf \"line$i\\n\"; done; sleep 30";
+    let script = "for i in 1 2 3 4 5 6 7 8 9; do printf \"line$i\\n\"; done; sleep 1000";
     let created = c.create(&p, &["sh", "-c", script]);
     assert!(!created.existed);
     let pty = created.binding.pty;
@@ -85,7 +85,7 @@ fn credit_window_stops_forwarding_but_not_draining_and_gaps_are_reported() {
     let p = pane("flood");
     // Lines of 50 digits + CRLF (52 bytes): 30 after the first typed line, 300 after the second.
     let script = "p() { i=0; while [ $i -lt $1 ]; do printf '%050d\\n' $i; i=$((i+1)); done; }; \
-                  read x; p 30; read y; p 300; sleep 30";
+                  read x; p 30; read y; p 300; sleep 1000";
     let created = c.create(&p, &["sh", "-c", script]);
     let pty = created.binding.pty;
     let a = c.attach(&p, Some(pty), Some(0)).unwrap();

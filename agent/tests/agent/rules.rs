@@ -6,7 +6,7 @@ use relay_protocol::{
     Binding, EndReason, ErrorReply, Incarnation, LeaseState, PtyId, Request, TermSize,
 };
 
-use crate::support::{alive, children, contains, pane, wait_until, Home, WAIT};
+use crate::support::{alive, children, contains, pane, spec, wait_until, Home, WAIT};
 
 /// Rule B: attaching to an unknown pane (or an ended one) answers NotFound / Ended and the
 /// daemon spawns nothing.
@@ -70,13 +70,15 @@ fn rule_d_second_create_returns_the_existing_binding() {
     let q = pane("race");
     let mut c1 = home.client();
     let mut c2 = home.client();
-    let spec = |c: &mut crate::support::Client| {
+    let send_create = |c: &mut crate::support::Client| {
         c.send(Request::Create(relay_protocol::message::Create {
             pane: q.clone(),
-            spec: Default::default(),
+            // A shell that waits for input: the test machine's login shell and dotfiles must
+            // not decide whether it stays alive.
+            spec: spec(&["sh"]),
         }))
     };
-    let (id1, id2) = (spec(&mut c1), spec(&mut c2));
+    let (id1, id2) = (send_create(&mut c1), send_create(&mut c2));
     let (r1, r2) = (c1.reply(id1), c2.reply(id2));
     let (b1, b2) = match (r1, r2) {
         (relay_protocol::Response::Created(a), relay_protocol::Response::Created(b)) => {

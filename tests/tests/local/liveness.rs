@@ -66,8 +66,10 @@ fn relayctl_gives_up_on_a_stopped_agent_within_its_timeout() {
     let out = wait_output(child);
     let elapsed = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // Bounded, not fast: 1 s of waiting plus start-up of relayctl and the bridge on a loaded
+    // machine; a hang would run to the test harness's limit.
     assert!(
-        elapsed < Duration::from_secs(6),
+        elapsed < Duration::from_secs(15),
         "took {elapsed:?}: {stderr}"
     );
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -95,7 +97,8 @@ fn relay_detaches_and_obeys_sigterm_while_the_agent_is_stopped() {
     let _stopped = Stopped::stop(pid);
 
     detacher.type_text("\r~.");
-    let code = detacher.exit_within(Duration::from_secs(6));
+    // Detach waits out its 2 s grace for an answer that cannot come; 15 s is the bound.
+    let code = detacher.exit_within(Duration::from_secs(15));
     assert_eq!(
         code,
         Some(0),
@@ -107,7 +110,7 @@ fn relay_detaches_and_obeys_sigterm_while_the_agent_is_stopped() {
         .contains("[detached from pane default/a/0"));
 
     kill(Pid::from_raw(terminated.pid()), Signal::SIGTERM).unwrap();
-    let code = terminated.exit_within(Duration::from_secs(6));
+    let code = terminated.exit_within(Duration::from_secs(15));
     assert_eq!(
         code,
         Some(128 + 15),

@@ -3,9 +3,12 @@
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use relay_tests::{bins, eventually, TestHome};
+
+use super::pty_run::await_end_of_output;
 
 /// A running `relay` whose output is collected by background threads.
 pub struct PipedRun {
@@ -13,6 +16,7 @@ pub struct PipedRun {
     stdin: Option<ChildStdin>,
     stdout: Arc<Mutex<Vec<u8>>>,
     stderr: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<JoinHandle<()>>,
 }
 
 impl PipedRun {
@@ -26,13 +30,14 @@ impl PipedRun {
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting relay");
-        let stdout = collect(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
+        let (stdout, out_reader) = collect(child.stdout.take().unwrap());
+        let (stderr, err_reader) = collect(child.stderr.take().unwrap());
         PipedRun {
             stdin: child.stdin.take(),
             child,
             stdout,
             stderr,
+            readers: vec![out_reader, err_reader],
         }
     }
 
@@ -74,8 +79,10 @@ impl PipedRun {
         let deadline = Instant::now() + bound;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                // Let the reader threads collect the last bytes.
-                std::thread::sleep(Duration::from_millis(100));
+                // The last bytes relay wrote are read once its pipes reach end-of-file.
+                for reader in &self.readers {
+                    await_end_of_output(reader);
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {
@@ -95,10 +102,10 @@ impl Drop for PipedRun {
     }
 }
 
-fn collect(mut from: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
+fn collect(mut from: impl Read + Send + 'static) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
     let buf = Arc::new(Mutex::new(Vec::new()));
     let sink = buf.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         let mut chunk = [0u8; 8192];
         while let Ok(n) = from.read(&mut chunk) {
             if n == 0 {
@@ -107,5 +114,5 @@ fn collect(mut from: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
             sink.lock().unwrap().extend_from_slice(&chunk[..n]);
         }
     });
-    buf
+    (buf, reader)
 }

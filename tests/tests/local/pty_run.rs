@@ -2,6 +2,7 @@
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use relay_tests::{bins, eventually, TestHome};
@@ -11,6 +12,7 @@ pub struct PtyRun {
     child: Box<dyn portable_pty::Child + Send + Sync>,
     writer: Box<dyn Write + Send>,
     screen: Arc<Mutex<Vec<u8>>>,
+    reader: JoinHandle<()>,
     _master: Box<dyn portable_pty::MasterPty + Send>,
 }
 
@@ -37,7 +39,7 @@ impl PtyRun {
         let writer = pair.master.take_writer().unwrap();
         let screen = Arc::new(Mutex::new(Vec::new()));
         let sink = screen.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = reader.read(&mut buf) {
                 if n == 0 {
@@ -50,6 +52,7 @@ impl PtyRun {
             child,
             writer,
             screen,
+            reader,
             _master: pair.master,
         }
     }
@@ -94,8 +97,7 @@ impl PtyRun {
         let deadline = Instant::now() + bound;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                // Let the reader thread collect the last bytes written before exit.
-                std::thread::sleep(Duration::from_millis(100));
+                await_end_of_output(&self.reader);
                 return Some(status.exit_code());
             }
             if Instant::now() >= deadline {
@@ -108,9 +110,18 @@ impl PtyRun {
     /// Waits for relay to exit (liveness bound); its exit code.
     pub fn wait_exit(&mut self) -> u32 {
         let status = eventually("relay to exit", || self.child.try_wait().unwrap());
-        // Let the reader thread collect the last bytes written before exit.
-        std::thread::sleep(Duration::from_millis(100));
+        await_end_of_output(&self.reader);
         status.exit_code()
+    }
+}
+
+/// Waits (at most 5 s) until `reader` saw end-of-file, so everything written before the process
+/// exited has been collected. A helper process that inherited the terminal or pipe (the bridge)
+/// can keep it open a little longer; the bound keeps such a straggler from hanging a test.
+pub fn await_end_of_output(reader: &JoinHandle<()>) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !reader.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -49,6 +49,12 @@ async fn relayctl_over_ssh_lists_the_hosts_leases_and_relay_attach_never_creates
     let pane = PaneKey::new("cli", "tab", "0");
     let pid = pane_with(&session, &pane, "echo cli-pane; sleep 1000", "cli-pane").await;
     drop(session);
+    // The lease turns detached once the old connection's bridge is gone on the host; that
+    // teardown runs independently of relayctl's new connection.
+    eventually_async("the session's bridge to exit", || async {
+        count_procs(&host, "[r]elay-agent-.* bridge").await == 0
+    })
+    .await;
     let out = run_cli(
         &bins().relayctl,
         &host,

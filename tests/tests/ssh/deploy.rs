@@ -50,9 +50,14 @@ async fn corrupted_binary_is_replaced_and_never_executed() {
     host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
         .await
         .unwrap();
-    // Junk that leaves evidence if it is ever executed.
+    eventually_async("the first daemon and bridge to stop", || async {
+        count_procs(&host, "[r]elay-agent-").await == 0
+    })
+    .await;
+    // Junk that leaves evidence if it is ever executed (`rm` first: writing over a binary that
+    // is still running fails with "Text file busy").
     host.exec_ok(&format!(
-        "printf '#!/bin/sh\\ntouch /tmp/corrupt-ran\\n' > ~/{0} && chmod 700 ~/{0}",
+        "rm -f ~/{0} && printf '#!/bin/sh\\ntouch /tmp/corrupt-ran\\n' > ~/{0} && chmod 700 ~/{0}",
         report.remote_path
     ))
     .await

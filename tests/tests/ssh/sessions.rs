@@ -68,7 +68,10 @@ async fn closing_the_ssh_connection_leaves_remote_ptys_running() {
         ssh_connections(&host).await == 0
     })
     .await;
-    assert_eq!(count_procs(&host, "[r]elay-agent-.* bridge").await, 0);
+    eventually_async("the bridge to exit", || async {
+        count_procs(&host, "[r]elay-agent-.* bridge").await == 0
+    })
+    .await;
 
     let session = Session::connect(&transport, "ssh-tests").await.unwrap();
     let leases = session.list_leases().await.unwrap();
