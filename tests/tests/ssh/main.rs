@@ -19,6 +19,7 @@ use relay_tests::{bins, read_until_text, Collected};
 mod broken_hosts;
 mod cli;
 mod deploy;
+mod faults;
 mod host_keys;
 mod sessions;
 mod ssh_config;
@@ -47,6 +48,19 @@ fn options(host: &SshHost) -> SshOptions {
 fn trusted(host: &SshHost) -> SshTransport {
     host.write_known_hosts().unwrap();
     SshTransport::new(options(host))
+}
+
+/// Options for `destination` that take everything (host, user, key, known_hosts) from the ssh
+/// config file `config` alone, with no ssh-agent.
+fn config_only(destination: &str, config: PathBuf) -> SshOptions {
+    let mut opts = SshOptions {
+        destination: destination.into(),
+        agent: AgentSource::File(agent_bin().to_path_buf()),
+        ..SshOptions::default()
+    };
+    opts.resolve.config_file = Some(config);
+    opts.auth.no_agent = true;
+    opts
 }
 
 /// Counts upload progress events.

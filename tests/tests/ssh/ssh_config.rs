@@ -3,19 +3,6 @@
 
 use super::*;
 
-/// Options for `destination` that take everything (host, user, key, known_hosts) from the ssh
-/// config file `config` alone, with no ssh-agent.
-fn config_only(destination: &str, config: PathBuf) -> SshOptions {
-    let mut opts = SshOptions {
-        destination: destination.into(),
-        agent: AgentSource::File(agent_bin().to_path_buf()),
-        ..SshOptions::default()
-    };
-    opts.resolve.config_file = Some(config);
-    opts.auth.no_agent = true;
-    opts
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn ssh_config_alias_with_user_port_and_identity_file_is_honoured() {
     let host = SshHost::start().await.unwrap();
