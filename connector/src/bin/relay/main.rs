@@ -5,6 +5,8 @@
 //! `relay attach`, 1 for other errors. Errors are printed once, here.
 
 mod cli;
+#[path = "../common/mod.rs"]
+mod common;
 mod escape;
 mod input;
 mod shell;
@@ -26,25 +28,12 @@ pub struct Failure {
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| {
-            rt.block_on(async {
-                match &cli.command {
-                    cli::Command::Shell(args) => shell::run(args, shell::Mode::Shell).await,
-                    cli::Command::Attach(args) => shell::run(args, shell::Mode::Attach).await,
-                }
-            })
-        });
+    let result = common::run(async {
+        match &cli.command {
+            cli::Command::Shell(args) => shell::run(args, shell::Mode::Shell).await,
+            cli::Command::Attach(args) => shell::run(args, shell::Mode::Attach).await,
+        }
+    });
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {

@@ -4,6 +4,8 @@
 //! (0 success, 1 failure, 2 usage errors from clap).
 
 mod commands;
+#[path = "../common/mod.rs"]
+mod common;
 mod render;
 
 use std::process::ExitCode;
@@ -82,18 +84,7 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(commands::run(&cli)));
+    let result = common::run(commands::run(&cli));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

@@ -1,0 +1,22 @@
+//! Start-up shared by the `relay` and `relayctl` binaries (included by path; not a binary).
+
+use std::future::Future;
+
+/// Sets up logging to stderr (filter from `RELAY_LOG`, default `warn`: a terminal client prints
+/// only what the user should see) and runs `main` on a single-threaded tokio runtime.
+///
+/// # Errors
+/// The runtime could not be built, or `main`'s own error.
+pub fn run<T>(main: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(main)
+}
