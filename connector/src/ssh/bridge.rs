@@ -53,6 +53,11 @@ impl BridgeReader {
         }
     }
 
+    /// The bridge command's exit status, once it has ended.
+    pub(crate) fn exit_status(&self) -> Option<u32> {
+        self.exit_status
+    }
+
     /// The bridge's stderr tail, trimmed, or `(none)`.
     fn stderr_text(&self) -> String {
         let text = String::from_utf8_lossy(&self.stderr_tail)

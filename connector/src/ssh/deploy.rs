@@ -2,18 +2,21 @@
 //!
 //! 1. **Probe** (one exec): `uname -sm` after a sentinel line (login shells may print banners,
 //!    motd or `.bashrc` noise first), the sha256 tool found (none: refused, nothing uploaded),
-//!    plus the sha256 of every `~/.relay/bin/relay-agent-<version>-*`.
+//!    plus the names of the installed `~/.relay/bin/relay-agent-<version>-*`.
 //! 2. Map the platform to a Rust target (`Linux x86_64` → `x86_64-unknown-linux-gnu`) and find the
 //!    local agent binary for it ([`AgentSource`]). Its sha256 names the remote file:
 //!    `~/.relay/bin/relay-agent-<connector version>-<first 16 hex digits of sha256>`.
-//! 3. If that file exists with the right hash: use it. Otherwise (absent, or corrupt) **upload**
-//!    (one exec): write to a unique temp name in the same directory, hash it on the host, and only
-//!    if the hash matches `chmod 700` and `mv -f` it over the final name (atomic rename; two
-//!    connectors deploying at once each write their own temp file and the last rename wins with
-//!    identical content). Stale temp files older than an hour are removed.
-//! 4. The bridge command verifies the hash again right before `exec`, so an unverified binary is
-//!    never executed, and it never stops or replaces a running daemon: the bridge connects to
-//!    whatever daemon answers on the version-independent socket and Hello/Welcome negotiates.
+//! 3. If that file is absent: **upload** (one exec): write to a unique temp name in the same
+//!    directory, hash it on the host, and only if the hash matches `chmod 700` and `mv -f` it over
+//!    the final name (atomic rename; two connectors deploying at once each write their own temp
+//!    file and the last rename wins with identical content). Stale temp files older than an hour
+//!    are removed.
+//! 4. The bridge command hashes the file right before `exec` and refuses to run it on a mismatch
+//!    (exit status [`BRIDGE_HASH_MISMATCH`]); the transport then replaces the corrupt file as in
+//!    step 3 and starts the bridge once more. So an unverified binary is never executed, and an
+//!    installed one is hashed once per connect, not twice. The bridge never stops or replaces a
+//!    running daemon: it connects to whatever daemon answers on the version-independent socket
+//!    and Hello/Welcome negotiates.
 //!
 //! # Where the agent binary comes from ([`AgentSource::Default`])
 //!
@@ -60,7 +63,9 @@ pub enum DeployEvent {
         /// Rust target, e.g. `x86_64-unknown-linux-gnu`.
         target: String,
     },
-    /// A verified agent binary is already installed; nothing is uploaded.
+    /// An agent binary with the expected name is installed; nothing is uploaded. Its sha256 is
+    /// checked by the bridge command before it runs (a corrupt file is then replaced, with
+    /// [`DeployEvent::Uploading`] and [`DeployEvent::Installed`] following).
     AlreadyPresent {
         /// Remote path (with `~`).
         path: String,
@@ -93,7 +98,7 @@ pub struct DeployReport {
     pub remote_path: String,
     /// Full sha256 of the agent binary (hex).
     pub sha256: String,
-    /// Whether the binary was uploaded (false: it was already present and verified).
+    /// Whether the binary was uploaded (false: it was already present and its hash matched).
     pub uploaded: bool,
     /// Whether an existing file with the right name but a wrong hash was replaced.
     pub replaced_corrupt: bool,
@@ -219,15 +224,40 @@ impl LocalAgent {
     }
 }
 
-/// A deployed, verified agent on the host.
-#[derive(Debug, Clone)]
+/// Exit status of the bridge command when the installed agent's sha256 is not the expected one
+/// (the file is not executed).
+pub(crate) const BRIDGE_HASH_MISMATCH: u32 = 97;
+
+/// An agent installed on the host (uploaded and verified, or found by name: the bridge command
+/// verifies it), with the local binary kept for replacing a corrupt file.
 pub(crate) struct Deployed {
-    /// File name under `~/.relay/bin`.
-    pub(crate) name: String,
-    /// Its sha256.
-    pub(crate) sha256: String,
+    agent: LocalAgent,
     /// What was done.
     pub(crate) report: DeployReport,
+    started: Instant,
+}
+
+impl Deployed {
+    /// Replaces the installed file, which the bridge command found corrupt
+    /// ([`BRIDGE_HASH_MISMATCH`]): uploads and verifies the local binary again.
+    ///
+    /// # Errors
+    /// As [`ensure_agent`]'s upload.
+    pub(crate) async fn replace_corrupt(
+        &mut self,
+        handle: &Handle<ClientHandler>,
+        progress: Option<&ProgressCallback>,
+    ) -> Result<(), Error> {
+        tracing::warn!(
+            file = %self.report.remote_path,
+            expected = %self.agent.sha256,
+            "deployed agent has the wrong sha256 (corrupt); replacing it"
+        );
+        self.report.replaced_corrupt = true;
+        install(handle, &self.agent, progress, &mut self.report).await?;
+        self.report.elapsed = self.started.elapsed();
+        Ok(())
+    }
 }
 
 fn sentinel() -> String {
@@ -249,12 +279,12 @@ struct Probe {
     platform: String,
     /// Rust target for it.
     target: &'static str,
-    /// `(sha256, path)` of every installed agent of this connector version.
-    installed: Vec<(String, String)>,
+    /// Path of every installed agent of this connector version.
+    installed: Vec<String>,
 }
 
 /// Parses the probe's output after its sentinel: the `uname -sm` line, the hash tool line, then
-/// `<sha256> <path>` lines.
+/// one path per installed agent.
 ///
 /// # Errors
 /// [`Error::Deploy`] for an unsupported platform, or a host with no sha256 tool (an upload could
@@ -285,10 +315,9 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
         }
     }
     let installed = lines
-        .filter_map(|l| {
-            let (hash, file) = l.trim().split_once(' ')?;
-            Some((hash.to_string(), file.to_string()))
-        })
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
         .collect();
     Ok(Probe {
         platform,
@@ -297,7 +326,7 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
     })
 }
 
-/// Makes sure a verified agent is installed on the host; uploads it when needed.
+/// Makes sure the agent is installed on the host; uploads and verifies it when it is absent.
 ///
 /// # Errors
 /// [`Error::Deploy`] for an unsupported platform, a missing local binary, or a failed upload or
@@ -320,8 +349,7 @@ pub(crate) async fn ensure_agent(
         "echo {mark}; uname -sm; if command -v sha256sum >/dev/null 2>&1; then echo {HASH_TOOL}sha256sum; \
          elif command -v shasum >/dev/null 2>&1; then echo {HASH_TOOL}shasum; \
          else echo {HASH_TOOL}none; fi; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
-         [ -f \"$f\" ] && echo \"{h} $f\"; done; exit 0",
-        h = hash_of("$f"),
+         [ -f \"$f\" ] && echo \"$f\"; done; exit 0",
     );
     let out = exec::run(handle, &sh_command(&probe), None, &mut |_, _| {}).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -355,38 +383,40 @@ pub(crate) async fn ensure_agent(
         elapsed: Duration::ZERO,
     };
 
-    // 3. Present and verified?
+    // 3. Present (the bridge command verifies it), or upload.
     let suffix = format!("/{}", agent.name);
-    let remote_hash = probe
-        .installed
-        .iter()
-        .find(|(_, file)| file.ends_with(&suffix))
-        .map(|(hash, _)| hash.clone());
-    match remote_hash {
-        Some(h) if h == agent.sha256 => {
-            emit(DeployEvent::AlreadyPresent {
-                path: format!("~/{remote_path}"),
-            });
-            report.elapsed = started.elapsed();
-            return Ok(Deployed {
-                name: agent.name,
-                sha256: agent.sha256,
-                report,
-            });
-        }
-        Some(h) => {
-            tracing::warn!(
-                file = %remote_path,
-                found = %h,
-                expected = %agent.sha256,
-                "deployed agent has the wrong sha256 (corrupt); replacing it"
-            );
-            report.replaced_corrupt = true;
-        }
-        None => {}
+    if probe.installed.iter().any(|file| file.ends_with(&suffix)) {
+        emit(DeployEvent::AlreadyPresent {
+            path: format!("~/{remote_path}"),
+        });
+    } else {
+        install(handle, &agent, progress, &mut report).await?;
     }
+    report.elapsed = started.elapsed();
+    Ok(Deployed {
+        agent,
+        report,
+        started,
+    })
+}
 
-    // 4. Upload to a unique temp name, verify, chmod, rename.
+/// Uploads `agent` to a unique temp name, verifies its sha256 on the host, then `chmod` and
+/// atomic rename over the final name; records the upload in `report`.
+///
+/// # Errors
+/// [`Error::Deploy`] when the upload or its verification fails (nothing is left installed then);
+/// [`Error::Ssh`] when the connection fails meanwhile.
+async fn install(
+    handle: &Handle<ClientHandler>,
+    agent: &LocalAgent,
+    progress: Option<&ProgressCallback>,
+    report: &mut DeployReport,
+) -> Result<(), Error> {
+    let emit = |ev: DeployEvent| {
+        if let Some(cb) = progress {
+            cb(&ev);
+        }
+    };
     let mark = sentinel();
     let tmp = format!(".{}.tmp.{:016x}", agent.name, rand::rng().random::<u64>());
     let upload = format!(
@@ -434,16 +464,11 @@ pub(crate) async fn ensure_agent(
         }
     }
     emit(DeployEvent::Installed {
-        path: format!("~/{remote_path}"),
+        path: format!("~/{}", report.remote_path),
     });
     report.uploaded = true;
     report.bytes = total;
-    report.elapsed = started.elapsed();
-    Ok(Deployed {
-        name: agent.name,
-        sha256: agent.sha256,
-        report,
-    })
+    Ok(())
 }
 
 /// The command that runs the deployed agent's bridge: verify the hash, print `sentinel` on its
@@ -451,11 +476,11 @@ pub(crate) async fn ensure_agent(
 pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str) -> String {
     let script = format!(
         "f=\"$HOME/.relay/bin\"/{name}; h={h}; if [ \"$h\" != {expected} ]; then \
-         echo \"relay: $f does not have the expected sha256; refusing to run it\" >&2; exit 97; \
-         fi; echo {sentinel}; exec \"$f\" bridge",
-        name = sh_quote(&deployed.name),
+         echo \"relay: $f does not have the expected sha256; refusing to run it\" >&2; \
+         exit {BRIDGE_HASH_MISMATCH}; fi; echo {sentinel}; exec \"$f\" bridge",
+        name = sh_quote(&deployed.agent.name),
         h = hash_of("$f"),
-        expected = sh_quote(&deployed.sha256),
+        expected = sh_quote(&deployed.agent.sha256),
     );
     sh_command(&script)
 }
@@ -486,14 +511,11 @@ mod tests {
     #[test]
     fn probe_output_is_parsed_and_a_missing_hash_tool_refused() {
         let probe = parse_probe(
-            "Linux x86_64\nhash-tool=sha256sum\nabc /home/u/.relay/bin/relay-agent-1-x\n",
+            "Linux x86_64\nhash-tool=sha256sum\n/home/u/.relay/bin/relay-agent-1-x\n\n",
         )
         .unwrap();
         assert_eq!(probe.target, "x86_64-unknown-linux-gnu");
-        assert_eq!(
-            probe.installed,
-            vec![("abc".into(), "/home/u/.relay/bin/relay-agent-1-x".into())]
-        );
+        assert_eq!(probe.installed, vec!["/home/u/.relay/bin/relay-agent-1-x"]);
         assert!(parse_probe("Darwin arm64\nhash-tool=shasum\n").is_ok());
         let err = parse_probe("Linux x86_64\nhash-tool=none\n")
             .unwrap_err()

@@ -154,9 +154,28 @@ impl SshTransport {
         cfg: &HostConfig,
         conn: &Connection,
     ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>, DeployReport), Error> {
-        let deployed =
-            deploy::ensure_agent(&conn.handle, &self.opts.agent, self.opts.progress.as_ref())
-                .await?;
+        let progress = self.opts.progress.as_ref();
+        let mut deployed = deploy::ensure_agent(&conn.handle, &self.opts.agent, progress).await?;
+        match self.run_bridge(cfg, conn, &deployed).await {
+            Err(BridgeFailure::HashMismatch(_)) if !deployed.report.uploaded => {
+                deployed.replace_corrupt(&conn.handle, progress).await?;
+            }
+            Err(BridgeFailure::HashMismatch(e) | BridgeFailure::Other(e)) => return Err(e),
+            Ok((reader, write)) => return Ok((reader, write, deployed.report)),
+        }
+        match self.run_bridge(cfg, conn, &deployed).await {
+            Ok((reader, write)) => Ok((reader, write, deployed.report)),
+            Err(BridgeFailure::HashMismatch(e) | BridgeFailure::Other(e)) => Err(e),
+        }
+    }
+
+    /// Runs the bridge command on a new exec channel and waits for its sentinel.
+    async fn run_bridge(
+        &self,
+        cfg: &HostConfig,
+        conn: &Connection,
+        deployed: &deploy::Deployed,
+    ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>), BridgeFailure> {
         let channel = conn
             .handle
             .channel_open_session()
@@ -165,7 +184,7 @@ impl SshTransport {
         let sentinel = deploy::new_sentinel();
         let (read, write) = channel.split();
         write
-            .exec(true, deploy::bridge_command(&deployed, &sentinel))
+            .exec(true, deploy::bridge_command(deployed, &sentinel))
             .await
             .map_err(|e| russh_error("starting the agent bridge", e))?;
         let mut reader = BridgeReader::new(read, conn.lost.clone());
@@ -175,10 +194,13 @@ impl SshTransport {
             .or(cfg.connect_timeout)
             .unwrap_or(connect::DEFAULT_CONNECT_TIMEOUT);
         match tokio::time::timeout(timeout, reader.wait_ready(&sentinel)).await {
-            Ok(Ok(())) => Ok((reader, write, deployed.report)),
+            Ok(Ok(())) => Ok((reader, write)),
             Ok(Err(e)) => {
                 let _ = write.close().await;
-                Err(e)
+                if reader.exit_status() == Some(deploy::BRIDGE_HASH_MISMATCH) {
+                    return Err(BridgeFailure::HashMismatch(e));
+                }
+                Err(e.into())
             }
             Err(_) => {
                 let _ = write.close().await;
@@ -186,9 +208,24 @@ impl SshTransport {
                     "the agent bridge on {} did not start within {} s",
                     cfg.display(),
                     timeout.as_secs()
-                )))
+                ))
+                .into())
             }
         }
+    }
+}
+
+/// Why the bridge command did not start.
+enum BridgeFailure {
+    /// The installed agent's sha256 was wrong; it was not executed.
+    HashMismatch(Error),
+    /// Anything else.
+    Other(Error),
+}
+
+impl From<Error> for BridgeFailure {
+    fn from(e: Error) -> Self {
+        BridgeFailure::Other(e)
     }
 }
 
