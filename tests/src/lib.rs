@@ -200,23 +200,56 @@ impl Default for TestHome {
 }
 
 impl Drop for TestHome {
+    /// Ends every process of this home: relay and relayctl runs, their bridges, the daemon and
+    /// its shells (all carry `RELAY_HOME=<this home>`). Clients go first (SIGKILL), so that no
+    /// straggling bridge starts a new daemon in the removed directory; the daemon gets SIGTERM
+    /// (its orderly shutdown), and SIGKILL after 5 s.
     fn drop(&mut self) {
         use nix::sys::signal::{kill, Signal};
         use nix::unistd::Pid;
-        let Some(pid) = self.daemon_pid() else {
-            return;
-        };
-        let pid = Pid::from_raw(pid);
-        let _ = kill(pid, Signal::SIGTERM);
+        let marker = format!("RELAY_HOME={}", self.path().display());
         let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if kill(pid, None).is_err() {
+        loop {
+            let procs = processes_with_env(&marker);
+            if procs.is_empty() {
                 return;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            for (pid, is_daemon) in procs {
+                let signal = if is_daemon && Instant::now() < deadline {
+                    Signal::SIGTERM
+                } else {
+                    Signal::SIGKILL
+                };
+                let _ = kill(Pid::from_raw(pid), signal);
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = kill(pid, Signal::SIGKILL);
     }
+}
+
+/// Live processes whose environment holds `entry` (`NAME=value`), as `(pid, is the daemon)`.
+fn processes_with_env(entry: &str) -> Vec<(i32, bool)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()) {
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !env.split(|&b| b == 0).any(|e| e == entry.as_bytes()) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'));
+        if zombie {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let is_daemon = cmdline.split(|&b| b == 0).nth(1) == Some(b"daemon".as_slice());
+        found.push((pid, is_daemon));
+    }
+    found
 }
 
 /// Output read from a pane, checked for order: every output starts where the previous ended.

@@ -6,7 +6,7 @@ use relay_connector::PaneEvent;
 use super::*;
 
 /// `docker pause` freezes the host with its TCP connection up: nothing answers. The connector
-/// notices through ssh keepalives (here 1 s × 2 from ssh_config) and tells every pane, with the
+/// notices through ssh keepalives (here 2 s × 3 from ssh_config) and tells every pane, with the
 /// cause; the error is transient (a retry may succeed). Nothing on the host is touched: after
 /// `docker unpause` a new connection finds the same shell with all its output.
 #[tokio::test(flavor = "multi_thread")]
@@ -16,7 +16,7 @@ async fn a_frozen_host_is_a_lost_connection_and_its_shell_survives() {
     let config = host
         .write_ssh_config(
             "frozen-box",
-            "  ServerAliveInterval 1\n  ServerAliveCountMax 2\n",
+            "  ServerAliveInterval 2\n  ServerAliveCountMax 3\n",
         )
         .unwrap();
     let transport = SshTransport::new(config_only("frozen-box", config));
