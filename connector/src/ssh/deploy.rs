@@ -11,9 +11,13 @@
 //!    the final name (atomic rename; two connectors deploying at once each write their own temp
 //!    file and the last rename wins with identical content). Stale temp files older than an hour
 //!    are removed.
-//! 4. The bridge command hashes the file right before `exec` and refuses to run it on a mismatch
-//!    (exit status [`BRIDGE_HASH_MISMATCH`]); the transport then replaces the corrupt file as in
-//!    step 3 and starts the bridge once more. So an unverified binary is never executed, and an
+//! 4. The bridge command checks the file right before `exec`: a regular file of the expected
+//!    size (so a huge file is never hashed), then its sha256 (read from stdin: GNU `sha256sum`
+//!    escapes odd file names); it refuses to run it on a mismatch (exit status
+//!    [`BRIDGE_HASH_MISMATCH`]), and the transport then replaces the corrupt file as in step 3
+//!    and starts the bridge once more. A hash tool that fails is reported as such
+//!    ([`BRIDGE_HASH_FAILED`]), never taken for corruption; a verified file that lost its
+//!    execute bit gets it back. So an unverified binary is never executed, and an
 //!    installed one is hashed once per connect, not twice. The bridge never stops or replaces a
 //!    running daemon: it connects to whatever daemon answers on the version-independent socket
 //!    and Hello/Welcome negotiates.
@@ -264,10 +268,19 @@ fn sentinel() -> String {
     format!("RELAY-SENTINEL-{:016x}", rand::rng().random::<u64>())
 }
 
-/// Shell snippet printing `<sha256>` of file `$1`-style argument (sha256sum or shasum).
+/// Shell snippet printing the sha256 (hex) of the file named by shell variable `var`, or nothing
+/// when hashing fails. The file is read from stdin: GNU sha256sum escapes a name containing a
+/// backslash by prefixing the hash with `\`.
 fn hash_of(var: &str) -> String {
-    format!("$( (sha256sum \"{var}\" 2>/dev/null || shasum -a 256 \"{var}\") | cut -d' ' -f1)")
+    format!("$( (sha256sum < \"{var}\" 2>/dev/null || shasum -a 256 < \"{var}\") | cut -d' ' -f1)")
 }
+
+/// Exit status of the upload command when the host could not hash the uploaded file.
+const UPLOAD_HASH_FAILED: u32 = 7;
+
+/// Exit status of the bridge command when the host could not hash the installed agent (not a
+/// sign of corruption: nothing is replaced).
+pub(crate) const BRIDGE_HASH_FAILED: u32 = 98;
 
 /// Prefix of the probe's line naming the host's sha256 tool.
 const HASH_TOOL: &str = "hash-tool=";
@@ -423,8 +436,11 @@ async fn install(
         "umask 077; d=\"$HOME/.relay/bin\"; t=\"$d\"/{tmp}; mkdir -p \"$d\" || exit 4; \
          find \"$d\" -name '.relay-agent-*.tmp.*' -mmin +60 -exec rm -f {{}} + 2>/dev/null; \
          cat > \"$t\" || {{ rm -f \"$t\"; exit 5; }}; h={h}; echo {mark}; echo \"$h\"; \
-         if [ \"$h\" = {expected} ]; then chmod 700 \"$t\" && mv -f \"$t\" \"$d\"/{name} || \
-         {{ rm -f \"$t\"; exit 6; }}; else rm -f \"$t\"; exit 3; fi",
+         if [ -z \"$h\" ]; then rm -f \"$t\"; exit {UPLOAD_HASH_FAILED}; fi; \
+         if [ \"$h\" = {expected} ]; then f=\"$d\"/{name}; \
+         if [ -d \"$f\" ] || [ -L \"$f\" ]; then rm -rf \"$f\"; fi; \
+         chmod 700 \"$t\" && mv -f \"$t\" \"$f\" || {{ rm -f \"$t\"; exit 6; }}; \
+         else rm -f \"$t\"; exit 3; fi",
         tmp = sh_quote(&tmp),
         h = hash_of("$t"),
         expected = sh_quote(&agent.sha256),
@@ -447,6 +463,17 @@ async fn install(
         .to_string();
     match out.status {
         Some(0) => {}
+        Some(UPLOAD_HASH_FAILED) => {
+            return Err(Error::Deploy(format!(
+                "the host could not compute the sha256 of the uploaded agent (sha256sum and \
+                 shasum both failed{}); the file was removed and nothing was executed; check \
+                 that coreutils' sha256sum works on the host",
+                match out.stderr_text() {
+                    t if t.is_empty() => String::new(),
+                    t => format!(": {t}"),
+                }
+            )))
+        }
         Some(3) => {
             return Err(Error::Deploy(format!(
                 "uploaded agent has sha256 {got:?} on the host, expected {}; the transfer was \
@@ -474,11 +501,21 @@ async fn install(
 /// The command that runs the deployed agent's bridge: verify the hash, print `sentinel` on its
 /// own line (so shell noise before it can be skipped), then `exec` the bridge.
 pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str) -> String {
+    // Size first: a huge or non-regular file at the name is refused without hashing it. A file
+    // with the right content but no execute bit gets it back.
     let script = format!(
-        "f=\"$HOME/.relay/bin\"/{name}; h={h}; if [ \"$h\" != {expected} ]; then \
+        "f=\"$HOME/.relay/bin\"/{name}; \
+         if [ ! -f \"$f\" ] || [ $(($(wc -c < \"$f\"))) -ne {size} ]; then \
+         echo \"relay: $f is not the agent relay installed (missing, not a file, or of the \
+         wrong size); refusing to run it\" >&2; exit {BRIDGE_HASH_MISMATCH}; fi; \
+         h={h}; if [ -z \"$h\" ]; then echo \"relay: cannot compute the sha256 of $f \
+         (sha256sum and shasum failed); refusing to run it\" >&2; exit {BRIDGE_HASH_FAILED}; fi; \
+         if [ \"$h\" != {expected} ]; then \
          echo \"relay: $f does not have the expected sha256; refusing to run it\" >&2; \
-         exit {BRIDGE_HASH_MISMATCH}; fi; echo {sentinel}; exec \"$f\" bridge",
+         exit {BRIDGE_HASH_MISMATCH}; fi; [ -x \"$f\" ] || chmod 700 \"$f\" || exit 96; \
+         echo {sentinel}; exec \"$f\" bridge",
         name = sh_quote(&deployed.agent.name),
+        size = deployed.agent.bytes.len(),
         h = hash_of("$f"),
         expected = sh_quote(&deployed.agent.sha256),
     );

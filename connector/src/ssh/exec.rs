@@ -160,8 +160,11 @@ pub(crate) async fn run(
     match (sent, out.status) {
         (Some(Err(e)), None) => Err(e),
         (_, None) => Err(Error::Ssh(format!(
-            "connection lost while running a remote command (no exit status): {}",
-            out.stderr_text()
+            "connection lost while running a remote command (no exit status){}",
+            match out.stderr_text() {
+                t if t.is_empty() => String::new(),
+                t => format!("; its stderr: {t}"),
+            }
         ))),
         _ => Ok(out),
     }

@@ -76,3 +76,27 @@ async fn host_without_a_sha256_tool_is_refused_before_uploading() {
     assert_eq!(uploads.load(Ordering::SeqCst), 0, "it uploaded anyway");
     assert_ne!(host.exec("test -e ~/.relay/bin").await.unwrap().code, 0);
 }
+
+/// Regression: a sha256 tool that runs but fails made a good upload look "corrupted in
+/// transfer" (and a good installed agent look corrupt on every connect). A failing hash is now
+/// reported as such, and nothing is left installed or executed.
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_sha256_tool_is_reported_as_a_hashing_failure() {
+    let host = SshHost::start().await.unwrap();
+    host.exec_as(
+        "root",
+        "p=$(command -v sha256sum) && mv \"$p\" \"$p.off\" && \
+         printf '#!/bin/sh\\necho broken-hash-tool >&2\\nexit 1\\n' > \"$p\" && chmod 755 \"$p\"; \
+         q=$(command -v shasum) && mv \"$q\" \"$q.off\"; true",
+    )
+    .await
+    .unwrap();
+    let msg = deploy_error(&host).await;
+    assert!(msg.contains("could not compute the sha256"), "{msg}");
+    assert!(!msg.contains("corrupted"), "{msg}");
+    let left = host
+        .exec("ls -A ~/.relay/bin 2>/dev/null | wc -l")
+        .await
+        .unwrap();
+    assert_eq!(left.out(), "0", "nothing left installed");
+}

@@ -75,6 +75,71 @@ async fn corrupted_binary_is_replaced_and_never_executed() {
     session.list_leases().await.unwrap();
 }
 
+/// Regression: an installed file that is not a usable agent was either never repaired (right
+/// content without the execute bit: every connect failed with a hint about ~/.bashrc), or
+/// repaired wrongly (a directory at the name: the upload was moved *into* it and reported as
+/// installed), or hashed at any size (a huge file: every connect timed out while the host kept
+/// hashing). Each is now refused before it runs and replaced, and the connect succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn unusable_files_at_the_agents_name_are_repaired() {
+    let host = SshHost::start().await.unwrap();
+    let transport = trusted(&host);
+    drop(Session::connect(&transport, "ssh-tests").await.unwrap());
+    let report = transport.last_deploy().unwrap();
+    let file = format!("~/{}", report.remote_path);
+    host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
+        .await
+        .unwrap();
+    eventually_async("the first daemon and bridge to stop", || async {
+        count_procs(&host, "[r]elay-agent-").await == 0
+    })
+    .await;
+    let breakages = [
+        ("no execute bit", format!("chmod 600 {file}"), false),
+        ("a directory", format!("rm -f {file} && mkdir {file}"), true),
+        (
+            "a huge sparse file",
+            format!("rm -rf {file} && truncate -s 40G {file}"),
+            true,
+        ),
+    ];
+    for (what, breakage, uploaded) in breakages {
+        host.exec_ok(&breakage).await.unwrap();
+        let transport = trusted(&host);
+        let session = tokio::time::timeout(
+            Duration::from_secs(30),
+            Session::connect(&transport, "ssh-tests"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what}: connect hung"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        session.list_leases().await.unwrap();
+        let again = transport.last_deploy().unwrap();
+        assert_eq!(again.uploaded, uploaded, "{what}: {again:?}");
+        assert_eq!(
+            remote_bin(&host).await,
+            vec![(
+                report.remote_path.replace(".relay/bin/", ""),
+                report.sha256.clone()
+            )],
+            "{what}: one verified agent, nothing else in ~/.relay/bin"
+        );
+        drop(session);
+        host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
+            .await
+            .unwrap();
+        eventually_async("the daemon and bridge to stop", || async {
+            count_procs(&host, "[r]elay-agent-").await == 0
+        })
+        .await;
+    }
+    assert_eq!(
+        count_procs(&host, "[s]ha256sum").await,
+        0,
+        "no hash of the huge file left running"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn noisy_login_shell_still_deploys_and_connects() {
     let host = SshHost::start().await.unwrap();
