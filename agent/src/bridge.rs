@@ -14,6 +14,8 @@
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -73,7 +75,19 @@ fn connect_or_start(paths: &Paths) -> anyhow::Result<UnixStream> {
 /// Runs `relay-agent daemon` (which detaches itself) and waits for it to report.
 fn start_daemon(paths: &Paths, deadline: Instant) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the relay-agent executable")?;
-    let mut child = Command::new(&exe)
+    // Another connector may have replaced our file meanwhile (an atomic rename of identical
+    // content): on Linux, /proc/self/exe still runs this inode, and argv[0] keeps the file's
+    // name (without the " (deleted)" that Linux appends to a replaced executable's path).
+    let self_exe = Path::new("/proc/self/exe");
+    let mut command = if self_exe.exists() {
+        let mut c = Command::new(self_exe);
+        let name = exe.to_string_lossy();
+        c.arg0(name.strip_suffix(" (deleted)").unwrap_or(&name));
+        c
+    } else {
+        Command::new(&exe)
+    };
+    let mut child = command
         .arg("daemon")
         .env("RELAY_HOME", paths.home())
         .current_dir("/")

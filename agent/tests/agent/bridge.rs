@@ -75,3 +75,59 @@ fn daemon_and_pty_survive_killing_the_bridge_process_group() {
     });
     assert!(contains(&out, "still-2"));
 }
+
+/// Regression: a bridge whose binary file was replaced (another connector's atomic rename of
+/// the same content) while it waited for the spawn lock started the daemon from
+/// `current_exe()`, which then read `... (deleted)`: "No such file or directory". It now starts
+/// the daemon from its own running image.
+#[test]
+fn bridge_starts_the_daemon_after_its_file_was_replaced() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    use nix::fcntl::{Flock, FlockArg};
+
+    let home = Home::new();
+    let private = |dir: &std::path::Path| {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    };
+    let bin_dir = home.path().join("bin");
+    private(&bin_dir);
+    let exe = bin_dir.join("relay-agent");
+    std::fs::copy(crate::support::BIN, &exe).unwrap();
+    private(&home.path().join("run"));
+    let lock_file = std::fs::File::create(home.path().join("run/spawn.lock")).unwrap();
+    let lock = Flock::lock(lock_file, FlockArg::LockExclusive).unwrap();
+
+    // The copy, with the environment the test home gives the built binary.
+    let template = home.command(&["bridge"]);
+    let mut bridge = Command::new(&exe)
+        .arg("bridge")
+        .envs(template.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // Let it reach the lock, then replace its file by an identical copy (atomic rename).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let fresh = bin_dir.join(".relay-agent.new");
+    std::fs::copy(&exe, &fresh).unwrap();
+    std::fs::rename(&fresh, &exe).unwrap();
+    drop(lock);
+
+    let w = bridge.stdin.take().unwrap();
+    let r = bridge.stdout.take().unwrap();
+    let mut c = crate::support::Client::hello(crate::support::Client::over(r, w));
+    let daemon = c.status().pid;
+    assert_eq!(
+        home.daemons(),
+        vec![daemon],
+        "one daemon, named after the file"
+    );
+    drop(c);
+    let _ = bridge.wait();
+}
