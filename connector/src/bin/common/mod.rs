@@ -1,6 +1,7 @@
 //! Start-up shared by the `relay` and `relayctl` binaries (included by path; not a binary).
 
 use std::future::Future;
+use std::io::IsTerminal;
 
 /// Sets up logging to stderr (filter from `RELAY_LOG`, default `warn`: a terminal client prints
 /// only what the user should see) and runs `main` on a single-threaded tokio runtime.
@@ -13,6 +14,7 @@ pub fn run<T>(main: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T
             tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     tokio::runtime::Builder::new_current_thread()
