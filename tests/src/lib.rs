@@ -233,7 +233,10 @@ fn processes_with_env(entry: &str) -> Vec<(i32, bool)> {
         return Vec::new();
     };
     let mut found = Vec::new();
-    for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok()) {
+    for pid in dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
@@ -241,7 +244,9 @@ fn processes_with_env(entry: &str) -> Vec<(i32, bool)> {
             continue;
         }
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z'));
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'));
         if zombie {
             continue;
         }
