@@ -1,6 +1,6 @@
 //! `relay` with piped stdin, stdout and stderr, as a script would run it.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use relay_tests::{bins, eventually, TestHome};
 
-use super::pty_run::await_end_of_output;
+use super::pty_run::{await_end_of_output, collect};
 
 /// A running `relay` whose output is collected by background threads.
 pub struct PipedRun {
@@ -100,19 +100,4 @@ impl Drop for PipedRun {
             let _ = self.child.wait();
         }
     }
-}
-
-fn collect(mut from: impl Read + Send + 'static) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let sink = buf.clone();
-    let reader = std::thread::spawn(move || {
-        let mut chunk = [0u8; 8192];
-        while let Ok(n) = from.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
-        }
-    });
-    (buf, reader)
 }

@@ -35,19 +35,9 @@ impl PtyRun {
         home.apply_env(|k, v| cmd.env(k, v));
         let child = pair.slave.spawn_command(cmd).unwrap();
         drop(pair.slave);
-        let mut reader = pair.master.try_clone_reader().unwrap();
+        let reader = pair.master.try_clone_reader().unwrap();
         let writer = pair.master.take_writer().unwrap();
-        let screen = Arc::new(Mutex::new(Vec::new()));
-        let sink = screen.clone();
-        let reader = std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
+        let (screen, reader) = collect(reader);
         PtyRun {
             child,
             writer,
@@ -131,4 +121,20 @@ impl Drop for PtyRun {
             let _ = self.child.kill();
         }
     }
+}
+
+/// Collects everything `from` yields, on a background thread, until end-of-file.
+pub fn collect(mut from: impl Read + Send + 'static) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let sink = buf.clone();
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = from.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+        }
+    });
+    (buf, reader)
 }

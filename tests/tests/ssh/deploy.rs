@@ -47,13 +47,7 @@ async fn corrupted_binary_is_replaced_and_never_executed() {
     drop(Session::connect(&transport, "ssh-tests").await.unwrap());
     let report = transport.last_deploy().unwrap();
     // The daemon started by the first bridge must not be what answers later: stop it.
-    host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
-        .await
-        .unwrap();
-    eventually_async("the first daemon and bridge to stop", || async {
-        count_procs(&host, "[r]elay-agent-").await == 0
-    })
-    .await;
+    stop_agent(&host).await;
     // Junk that leaves evidence if it is ever executed (`rm` first: writing over a binary that
     // is still running fails with "Text file busy").
     host.exec_ok(&format!(
@@ -75,6 +69,17 @@ async fn corrupted_binary_is_replaced_and_never_executed() {
     session.list_leases().await.unwrap();
 }
 
+/// Stops the host's daemon and waits until no agent process (daemon or bridge) runs there.
+async fn stop_agent(host: &SshHost) {
+    host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
+        .await
+        .unwrap();
+    eventually_async("the host's agent processes to stop", || async {
+        count_procs(host, "[r]elay-agent-").await == 0
+    })
+    .await;
+}
+
 /// Regression: an installed file that is not a usable agent was either never repaired (right
 /// content without the execute bit: every connect failed with a hint about ~/.bashrc), or
 /// repaired wrongly (a directory at the name: the upload was moved *into* it and reported as
@@ -87,13 +92,7 @@ async fn unusable_files_at_the_agents_name_are_repaired() {
     drop(Session::connect(&transport, "ssh-tests").await.unwrap());
     let report = transport.last_deploy().unwrap();
     let file = format!("~/{}", report.remote_path);
-    host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
-        .await
-        .unwrap();
-    eventually_async("the first daemon and bridge to stop", || async {
-        count_procs(&host, "[r]elay-agent-").await == 0
-    })
-    .await;
+    stop_agent(&host).await;
     let breakages = [
         ("no execute bit", format!("chmod 600 {file}"), false),
         ("a directory", format!("rm -f {file} && mkdir {file}"), true),
@@ -125,13 +124,7 @@ async fn unusable_files_at_the_agents_name_are_repaired() {
             "{what}: one verified agent, nothing else in ~/.relay/bin"
         );
         drop(session);
-        host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
-            .await
-            .unwrap();
-        eventually_async("the daemon and bridge to stop", || async {
-            count_procs(&host, "[r]elay-agent-").await == 0
-        })
-        .await;
+        stop_agent(&host).await;
     }
     assert_eq!(
         count_procs(&host, "[s]ha256sum").await,
@@ -191,13 +184,7 @@ async fn older_daemon_keeps_its_ptys_when_a_newer_connector_connects() {
     // Deploy, then replace the daemon the bridge started with an "older" one.
     drop(Session::connect(&transport, "ssh-tests").await.unwrap());
     let remote = transport.last_deploy().unwrap().remote_path;
-    host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
-        .await
-        .unwrap();
-    eventually_async("the first daemon to stop", || async {
-        count_procs(&host, "[r]elay-agent-.* daemon").await == 0
-    })
-    .await;
+    stop_agent(&host).await;
     host.exec_ok(&format!(
         "RELAY_AGENT_ADVERTISE_VERSION=0.0.1-old ~/{remote} daemon </dev/null >/dev/null 2>&1"
     ))
