@@ -43,11 +43,8 @@ async fn fresh_host_gets_the_agent_deployed_once() {
 #[tokio::test(flavor = "multi_thread")]
 async fn corrupted_binary_is_replaced_and_never_executed() {
     let host = SshHost::start().await.unwrap();
-    let transport = trusted(&host);
-    drop(Session::connect(&transport, "ssh-tests").await.unwrap());
-    let report = transport.last_deploy().unwrap();
-    // The daemon started by the first bridge must not be what answers later: stop it.
-    stop_agent(&host).await;
+    // The daemon started by the first bridge must not be what answers later.
+    let (_, report) = deploy_then_stop(&host).await;
     // Junk that leaves evidence if it is ever executed (`rm` first: writing over a binary that
     // is still running fails with "Text file busy").
     host.exec_ok(&format!(
@@ -69,6 +66,16 @@ async fn corrupted_binary_is_replaced_and_never_executed() {
     session.list_leases().await.unwrap();
 }
 
+/// Connects once to `host` (deploying the agent), disconnects, and stops the agent there;
+/// returns the transport (host key trusted) and its deploy report.
+async fn deploy_then_stop(host: &SshHost) -> (SshTransport, DeployReport) {
+    let transport = trusted(host);
+    drop(Session::connect(&transport, "ssh-tests").await.unwrap());
+    let report = transport.last_deploy().unwrap();
+    stop_agent(host).await;
+    (transport, report)
+}
+
 /// Stops the host's daemon and waits until no agent process (daemon or bridge) runs there.
 async fn stop_agent(host: &SshHost) {
     host.exec("pkill -u relay -f '[r]elay-agent-.* daemon'; true")
@@ -88,11 +95,8 @@ async fn stop_agent(host: &SshHost) {
 #[tokio::test(flavor = "multi_thread")]
 async fn unusable_files_at_the_agents_name_are_repaired() {
     let host = SshHost::start().await.unwrap();
-    let transport = trusted(&host);
-    drop(Session::connect(&transport, "ssh-tests").await.unwrap());
-    let report = transport.last_deploy().unwrap();
+    let (_, report) = deploy_then_stop(&host).await;
     let file = format!("~/{}", report.remote_path);
-    stop_agent(&host).await;
     let breakages = [
         ("no execute bit", format!("chmod 600 {file}"), false),
         ("a directory", format!("rm -f {file} && mkdir {file}"), true),
@@ -180,11 +184,9 @@ async fn noisy_login_shell_still_deploys_and_connects() {
 #[tokio::test(flavor = "multi_thread")]
 async fn older_daemon_keeps_its_ptys_when_a_newer_connector_connects() {
     let host = SshHost::start().await.unwrap();
-    let transport = trusted(&host);
     // Deploy, then replace the daemon the bridge started with an "older" one.
-    drop(Session::connect(&transport, "ssh-tests").await.unwrap());
-    let remote = transport.last_deploy().unwrap().remote_path;
-    stop_agent(&host).await;
+    let (transport, report) = deploy_then_stop(&host).await;
+    let remote = report.remote_path;
     host.exec_ok(&format!(
         "RELAY_AGENT_ADVERTISE_VERSION=0.0.1-old ~/{remote} daemon </dev/null >/dev/null 2>&1"
     ))

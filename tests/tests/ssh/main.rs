@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use relay_connector::ssh::{AgentSource, DeployEvent, HostKeyPolicy, SshOptions, SshTransport};
+use relay_connector::ssh::{
+    AgentSource, DeployEvent, DeployReport, HostKeyPolicy, SshOptions, SshTransport,
+};
 use relay_connector::transport::{OpenFuture, Transport};
 use relay_connector::{Error, Session};
 use relay_protocol::{LeaseState, PaneKey, SpawnSpec};
