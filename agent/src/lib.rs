@@ -18,6 +18,7 @@
 //! - [`ring`]: replay ring with absolute offsets;
 //! - [`lease`]: lease table, PTY id minting, binding checks (rules B, C, D);
 //! - [`credit`]: per-subscription credit window;
+//! - [`input_seq`]: per-PTY last applied seq of each input writer (`InputSeq` written once);
 //! - [`limits`]: request size limits and fitting `ListLeases` into a frame.
 //!
 //! IO around it:
@@ -44,6 +45,7 @@ pub mod connection;
 pub mod credit;
 pub mod daemon;
 pub mod dispatch;
+pub mod input_seq;
 pub mod journal;
 pub mod lease;
 pub mod limits;
