@@ -33,6 +33,7 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         }
         Request::Attach(a) => session.attach(a).map(Response::Attached),
         Request::Input(i) => state.input(i).map(done),
+        Request::InputSeq(i) => state.input_seq(i).map(done),
         Request::Resize(r) => state.resize(r).map(done),
         Request::Signal(s) => state.signal(s).map(done),
         Request::Kill(k) => state.kill(k).map(done),

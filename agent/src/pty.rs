@@ -26,6 +26,7 @@ use portable_pty::{native_pty_system, Child, MasterPty, PtySize};
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, TermSize};
 use tokio::sync::watch;
 
+use crate::input_seq::{Applied, WriterTable};
 use crate::ring::Ring;
 use crate::shell;
 
@@ -58,6 +59,8 @@ pub struct Pty {
     master: Mutex<Box<dyn MasterPty + Send>>,
     input: mpsc::Sender<Vec<u8>>,
     pending_input: Arc<AtomicUsize>,
+    /// Last `InputSeq` seq applied per writer; its lock also covers the enqueue of that input.
+    input_seq: Mutex<WriterTable>,
     ring: Arc<Mutex<Ring>>,
     progress: watch::Sender<Progress>,
     /// `true` once the child was reaped; signals are only sent while this is `false`.
@@ -133,6 +136,7 @@ impl Pty {
             master: Mutex::new(master),
             input,
             pending_input: Arc::new(AtomicUsize::new(0)),
+            input_seq: Mutex::new(WriterTable::new()),
             ring: Arc::new(Mutex::new(Ring::new(ring_bytes))),
             progress: watch::Sender::new(Progress::default()),
             reaped: Arc::new(Mutex::new(false)),
@@ -205,6 +209,26 @@ impl Pty {
         self.input.send(data).map_err(|_| ErrorReply::Internal {
             message: format!("input writer of {} is gone", self.binding),
         })
+    }
+
+    /// `InputSeq`: queues bytes for the PTY's input unless `seq` is not above the last seq
+    /// applied for `writer` (a resent duplicate: [`Applied::Duplicate`], nothing queued). The
+    /// seq check and the enqueue happen under this PTY's writer-table lock, so two connections
+    /// racing the same `(writer, seq)` queue it once, and one writer's input is queued in
+    /// increasing seq order. No allocation or syscall beyond [`Pty::write_input`]'s.
+    ///
+    /// # Errors
+    /// As [`Pty::write_input`]; the seq is then not recorded, so the same request can be
+    /// retried.
+    pub fn write_input_seq(
+        &self,
+        writer: u64,
+        seq: u64,
+        data: Vec<u8>,
+        max_pending: usize,
+    ) -> Result<Applied, ErrorReply> {
+        let mut table = self.input_seq.lock().unwrap_or_else(|p| p.into_inner());
+        table.apply(writer, seq, || self.write_input(data, max_pending))
     }
 
     /// Sets the terminal size.

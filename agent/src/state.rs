@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use relay_protocol::message::{
-    Create, Created, Input, Kill, Protect, Resize, Signal as SignalReq, Status,
+    Create, Created, Input, InputSeq, Kill, Protect, Resize, Signal as SignalReq, Status,
 };
 use relay_protocol::{
     Binding, EndReason, ErrorReply, ExitStatus, Incarnation, LeaseInfo, PaneKey, PtyId,
 };
 
 use crate::config::Config;
+use crate::input_seq::Applied;
 use crate::journal::{self, Journal, LoadReport, Record};
 use crate::lease::{Lease, LeaseTable};
 use crate::pty::{Pty, Spawned};
@@ -396,6 +397,33 @@ impl State {
     pub fn input(&self, req: Input) -> Result<(), ErrorReply> {
         self.fenced(&req.binding)?
             .write_input(req.data, self.inner.config.max_pending_input)
+    }
+
+    /// `InputSeq`: writes input to the exact binding's PTY once per `(writer, seq)`; a duplicate
+    /// (seq not above the writer's last applied one) succeeds without writing. Fenced exactly as
+    /// [`State::input`].
+    ///
+    /// # Errors
+    /// Fencing errors, or `LimitExceeded` when the program does not read its input; the seq is
+    /// not recorded then, so the same request can be retried.
+    pub fn input_seq(&self, req: InputSeq) -> Result<(), ErrorReply> {
+        let pty = self.fenced(&req.binding)?;
+        let applied = pty.write_input_seq(
+            req.writer,
+            req.seq,
+            req.data,
+            self.inner.config.max_pending_input,
+        )?;
+        if let Applied::Duplicate { last } = applied {
+            tracing::debug!(
+                binding = %req.binding,
+                writer = req.writer,
+                seq = req.seq,
+                last,
+                "duplicate input not written"
+            );
+        }
+        Ok(())
     }
 
     /// Resizes the exact binding's PTY.

@@ -19,8 +19,9 @@ pub const MAGIC: u32 = u32::from_be_bytes(*b"RLAY");
 pub const PROTOCOL_MAJOR: u16 = 1;
 
 /// Protocol minor version; raised when ops or capabilities are added. 1.1 added `Open`/`Opened`
-/// (capability [`Capability::OPEN`]).
-pub const PROTOCOL_MINOR: u16 = 1;
+/// (capability [`Capability::OPEN`]); 1.2 added `InputSeq`, input applied at most once across
+/// reconnects (capability [`Capability::INPUT_SEQ`]).
+pub const PROTOCOL_MINOR: u16 = 2;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -38,6 +39,9 @@ impl Capability {
     /// `Open`: create-or-attach in one step, so a quick command's output and exit are never lost
     /// (protocol 1.1).
     pub const OPEN: &'static str = "open";
+    /// `InputSeq`: input sequenced per writer, so a request resent after a reconnect is written
+    /// at most once (protocol 1.2).
+    pub const INPUT_SEQ: &'static str = "input-seq";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
@@ -47,6 +51,7 @@ impl Capability {
             Self::PROTECT,
             Self::STATUS,
             Self::OPEN,
+            Self::INPUT_SEQ,
         ]
         .into_iter()
         .map(|c| Capability(c.to_string()))

@@ -116,6 +116,36 @@ pub struct Input {
     pub data: Vec<u8>,
 }
 
+/// Keystrokes or pasted bytes for the PTY, applied at most once however often they are sent
+/// (capability `input-seq`, protocol 1.2). A connector that lost its connection while an
+/// [`Input`] was in flight cannot know whether the agent wrote it; with `InputSeq` it resends
+/// the same request after reconnecting and the agent drops the copy it already applied.
+///
+/// The agent writes `data` to the PTY only if `seq` is greater than the last seq it applied for
+/// `(PTY, writer)`; otherwise it answers [`Done`] without writing (a duplicate). A writer the
+/// agent does not know yet, or no longer remembers, has its first seq applied whatever its
+/// value. A refused request (`LimitExceeded` because the PTY's input queue is full, `Mismatch`,
+/// `Ended`, ...) does not advance the seq, so the same seq can be retried. Check and write are
+/// atomic per PTY: two connections racing the same `(writer, seq)` write it once.
+///
+/// The agent remembers at most 64 writers per PTY; beyond that the least recently used is
+/// forgotten and treated as new when it sends again (so a duplicate from it would be written).
+/// The memory lives as long as the PTY and is not carried across an agent restart (the PTY does
+/// not survive one either).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputSeq {
+    /// Exact binding (rule C), checked as for [`Input`].
+    pub binding: Binding,
+    /// Random id the connector picks once per pane handle and keeps across its reconnects, so
+    /// the agent can tell a resend from another writer's input.
+    pub writer: u64,
+    /// Sequence number of this request among `writer`'s requests: at least 1 more than the
+    /// previous one (gaps are allowed), the same value when resending.
+    pub seq: u64,
+    /// Bytes to write to the PTY.
+    pub data: Vec<u8>,
+}
+
 /// Change the PTY's size.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resize {
@@ -214,7 +244,7 @@ pub struct Protect {
     pub protected: bool,
 }
 
-/// Success with no data (answers input, resize, signal, kill, detach, protect).
+/// Success with no data (answers input, input-seq, resize, signal, kill, detach, protect).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Done {}
 
@@ -295,6 +325,7 @@ ops! {
     Status = 0x0019,
     Protect = 0x001A,
     Open = 0x001B,
+    InputSeq = 0x001C,
     Done = 0x8000,
     Welcome = 0x8001,
     Pong = 0x8002,
@@ -362,6 +393,7 @@ message_enum! {
         Status(StatusRequest),
         Protect(Protect),
         Open(Open),
+        InputSeq(InputSeq),
     }
 }
 

@@ -203,3 +203,13 @@ fn open_is_advertised_from_minor_1() {
     assert_eq!(Op::from_code(0x001B), Some(Op::Open));
     assert_eq!(Op::from_code(0x801B), Some(Op::Opened));
 }
+
+#[test]
+fn input_seq_is_advertised_from_minor_2() {
+    use relay_protocol::{Capability, PROTOCOL_MINOR};
+    // `InputSeq` (0x001C, answered by `Done`) came with protocol 1.2 and is gated by "input-seq".
+    const { assert!(PROTOCOL_MINOR >= 2, "InputSeq needs minor 2") };
+    assert_eq!(Capability::INPUT_SEQ, "input-seq");
+    assert!(Capability::all().contains(&Capability(Capability::INPUT_SEQ.into())));
+    assert_eq!(Op::from_code(0x001C), Some(Op::InputSeq));
+}

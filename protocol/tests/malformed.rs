@@ -263,6 +263,16 @@ fn known_op_with_corrupt_body_is_a_body_error() {
             hex::decode("d982b19205 ffff07".replace(' ', "")).unwrap(),
             postcard::Error::DeserializeBadVarint,
         ),
+        // InputSeq: binding, then a u64 writer whose 11-byte varint overflows 64 bits.
+        (
+            "u64 overflow",
+            Op::InputSeq,
+            hex::decode(
+                "03617069027431026c32 ef9bafcdf8acd1910107 ffffffffffffffffffff01".replace(' ', ""),
+            )
+            .unwrap(),
+            postcard::Error::DeserializeBadVarint,
+        ),
         // Error: kind 9 does not exist (9 kinds, 0..=8).
         (
             "unknown error kind",

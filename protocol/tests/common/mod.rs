@@ -13,9 +13,9 @@
 mod errors;
 
 use relay_protocol::message::{
-    Ack, Attach, Attached, Create, Created, Detach, Done, Exited, Input, Kill, LeaseCounts, Leases,
-    ListLeases, Open, Opened, Output, OutputGap, Ping, Pong, Protect, Resize, Signal, Status,
-    StatusRequest,
+    Ack, Attach, Attached, Create, Created, Detach, Done, Exited, Input, InputSeq, Kill,
+    LeaseCounts, Leases, ListLeases, Open, Opened, Output, OutputGap, Ping, Pong, Protect, Resize,
+    Signal, Status, StatusRequest,
 };
 use relay_protocol::{
     Binding, Capability, EndReason, ErrorReply, ExitStatus, Hello, Incarnation, LeaseInfo,
@@ -318,6 +318,35 @@ pub fn cases() -> Vec<Golden> {
                 }),
             ),
             "11 1b 11 03617069027431026c32 00 00 00 5018 00 00",
+        ),
+        golden(
+            "input_seq",
+            req(
+                18,
+                Request::InputSeq(InputSeq {
+                    binding: binding(),
+                    writer: 0xfedc_ba98_7654_3210,
+                    seq: 300,
+                    data: b"ls\r".to_vec(),
+                }),
+            ),
+            concat!(
+                "12 1c 24 03617069027431026c32ef9bafcdf8acd1910107 90e4d0b287d3aeeefe01 ac02 ",
+                "036c730d",
+            ),
+        ),
+        golden(
+            "input_seq_empty",
+            req(
+                19,
+                Request::InputSeq(InputSeq {
+                    binding: binding(),
+                    writer: 7,
+                    seq: 1,
+                    data: Vec::new(),
+                }),
+            ),
+            "13 1c 17 03617069027431026c32ef9bafcdf8acd1910107 07 01 00",
         ),
         // ---- responses ----
         golden("done", resp(6, Response::Done(Done {})), "06 808002 00"),
