@@ -6,6 +6,7 @@ mod support;
 
 mod bridge;
 mod flow;
+mod input_seq;
 mod lifecycle;
 mod limits;
 mod malformed;

@@ -353,6 +353,22 @@ impl Client {
         }))
     }
 
+    /// `InputSeq` of `data` as `(writer, seq)`; `Ok` for Done, `Err` for an error reply.
+    pub fn input_seq(
+        &mut self,
+        binding: &Binding,
+        writer: u64,
+        seq: u64,
+        data: &[u8],
+    ) -> Result<(), ErrorReply> {
+        self.mutate(Request::InputSeq(InputSeq {
+            binding: binding.clone(),
+            writer,
+            seq,
+            data: data.to_vec(),
+        }))
+    }
+
     pub fn status(&mut self) -> Status {
         match self.request(Request::Status(StatusRequest {})) {
             Response::StatusReply(s) => s,
