@@ -42,6 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("[connection lost: {reason}]");
                 break;
             }
+            other => println!("[{other:?}]"),
         }
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! relay's connector: the library a desktop app embeds to get terminals that outlive their
-//! connection, plus the `relay` and `relayctl` command-line tools built on it.
+//! connection, plus the `relay` and `relayctl` command-line tools built on it (feature `cli`,
+//! on by default; an app turns it off with `default-features = false`).
 //!
 //! An app opens one [`Session`] per host over a [`Transport`] (a local child process running
 //! `relay-agent bridge`, or an SSH exec channel) and multiplexes every workspace and pane on it.
@@ -25,8 +26,7 @@
 //!   request timeout ([`Session::with_request_timeout`]; none by default).
 //! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one attached pane's ordered event stream, credit
 //!   acks and the slow-consumer policy.
-//! - [`destination`]: [`Destination`], the command-line choice between this machine and a host.
-//! - `bin/relay`: `relay shell` / `relay attach`, an ssh-like terminal client.
+//! - `bin/relay`: `relay shell` / `relay attach`, an ssh-like terminal client (feature `cli`).
 //! - `bin/relayctl`: `relayctl leases|status|kill|protect` for operators.
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
@@ -58,6 +58,7 @@
 //!         PaneEvent::Gap { from, to } => eprintln!("[{} bytes lost]", to - from),
 //!         PaneEvent::Exited { exit, .. } => println!("[{exit}]"),
 //!         PaneEvent::Disconnected { reason } => eprintln!("[connection lost: {reason}]"),
+//!         other => eprintln!("[{other:?}]"),
 //!     }
 //! }
 //! # Ok(())
@@ -65,7 +66,6 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod destination;
 mod error;
 pub mod local;
 pub mod pane;
@@ -73,7 +73,6 @@ pub mod session;
 pub mod ssh;
 pub mod transport;
 
-pub use destination::Destination;
 pub use error::Error;
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};
 pub use pane::{PaneEvent, PaneHandle};

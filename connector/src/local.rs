@@ -19,7 +19,6 @@
 //! cannot start), the handshake error quotes it, cleaned of terminal escape codes. After a
 //! successful handshake the held lines, and every later one, are logged.
 
-use std::any::Any;
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -31,7 +30,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use crate::transport::{AgentStream, OpenFuture, Transport};
+use crate::transport::{AgentStream, FailureFuture, OpenFuture, StreamGuard, Transport};
 use crate::Error;
 
 /// File name of the agent binary.
@@ -100,7 +99,7 @@ impl LocalTransport {
     /// The agent binary this transport would run.
     ///
     /// # Errors
-    /// [`Error::Spawn`] naming every place that was looked at.
+    /// [`Error::NoAgentBinary`] naming every place that was looked at.
     pub fn agent_path(&self) -> Result<PathBuf, Error> {
         locate_agent(self.config.agent_bin.as_deref())
     }
@@ -237,49 +236,29 @@ impl StderrTail {
     }
 }
 
-/// Why a local bridge ended before the handshake: its exit status and what it printed. Displays
-/// as ` (exit status: 1): <stderr>` (or `: <stderr>`), to follow "exited".
-pub(crate) struct BridgeExit {
-    /// `exit status: 1`, when the bridge had exited within the grace period.
-    pub(crate) status: Option<String>,
-    /// Its stderr, escape codes removed; never empty.
-    pub(crate) said: String,
-}
+impl StreamGuard for BridgeGuard {
+    /// What the bridge printed on stderr and how it exited, if its stderr is collected and it
+    /// said anything: ` (exit status: 1): <stderr>` (or `: <stderr>` when it had not exited
+    /// within [`STDERR_GRACE`]).
+    fn failure(&mut self) -> FailureFuture<'_> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + STDERR_GRACE;
+            let said = self.stderr.as_ref()?.failure_text(deadline).await;
+            if said.is_empty() {
+                return None;
+            }
+            match tokio::time::timeout_at(deadline, self.child.wait()).await {
+                Ok(Ok(status)) => Some(format!(" ({status}): {said}")),
+                _ => Some(format!(": {said}")),
+            }
+        })
+    }
 
-impl std::fmt::Display for BridgeExit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.status {
-            Some(status) => write!(f, " ({status}): {}", self.said),
-            None => write!(f, ": {}", self.said),
+    /// The local bridge's stderr is logged from now on.
+    fn ready(&mut self) {
+        if let Some(tail) = &self.stderr {
+            tail.release();
         }
-    }
-}
-
-/// After a failed handshake on `guard`'s stream: what the local bridge printed on stderr and how
-/// it exited, if the stream is a local bridge whose stderr is collected and it said anything.
-/// Waits at most [`STDERR_GRACE`] for the bridge to finish.
-pub(crate) async fn bridge_failure(guard: &mut (dyn Any + Send)) -> Option<BridgeExit> {
-    let bridge = guard.downcast_mut::<BridgeGuard>()?;
-    let deadline = tokio::time::Instant::now() + STDERR_GRACE;
-    let said = bridge.stderr.as_ref()?.failure_text(deadline).await;
-    if said.is_empty() {
-        return None;
-    }
-    let status = match tokio::time::timeout_at(deadline, bridge.child.wait()).await {
-        Ok(Ok(status)) => Some(status.to_string()),
-        _ => None,
-    };
-    Some(BridgeExit { status, said })
-}
-
-/// After a successful handshake on `guard`'s stream: the local bridge's stderr is logged from now
-/// on. Does nothing for other transports.
-pub(crate) fn bridge_ready(guard: &mut (dyn Any + Send)) {
-    if let Some(tail) = guard
-        .downcast_mut::<BridgeGuard>()
-        .and_then(|b| b.stderr.as_ref())
-    {
-        tail.release();
     }
 }
 
@@ -336,7 +315,8 @@ impl Drop for BridgeGuard {
 /// executable (and one directory up), else on `PATH`.
 ///
 /// # Errors
-/// [`Error::Spawn`] when an explicit setting names a missing file, or when no candidate exists;
+/// [`Error::NoAgentBinary`] when an explicit setting names a missing file, or when no candidate
+/// exists;
 /// the message lists every place that was looked at and how to fix it.
 pub fn locate_agent(explicit: Option<&Path>) -> Result<PathBuf, Error> {
     if let Some(path) = explicit {
@@ -365,7 +345,7 @@ pub fn locate_agent(explicit: Option<&Path>) -> Result<PathBuf, Error> {
         }
         looked.push("$PATH".to_string());
     }
-    Err(Error::Spawn(format!(
+    Err(Error::NoAgentBinary(format!(
         "{AGENT_BIN_NAME} not found (looked in: {}); build it with `cargo build --workspace --bins`, \
          put it on PATH, or set {AGENT_BIN_ENV}",
         looked.join(", ")
@@ -376,7 +356,7 @@ fn check_explicit(path: &Path, source: &str) -> Result<PathBuf, Error> {
     if is_executable(path) {
         Ok(path.to_path_buf())
     } else {
-        Err(Error::Spawn(format!(
+        Err(Error::NoAgentBinary(format!(
             "{source} points at {}, which is not an executable file; fix the path or unset it",
             path.display()
         )))
@@ -426,7 +406,7 @@ mod tests {
         });
         let err = crate::Session::connect(&transport, "t").await.unwrap_err();
         let msg = err.to_string();
-        assert!(matches!(err, Error::Handshake(_)), "{msg}");
+        assert!(matches!(err, Error::BridgeExited(_)), "{msg}");
         assert!(
             msg.contains("create /ro/run: Read-only file system (os error 30)"),
             "{msg}"
@@ -441,7 +421,7 @@ mod tests {
         let err = locate_agent(Some(Path::new("/nonexistent/relay-agent"))).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("/nonexistent/relay-agent"), "{msg}");
-        assert!(matches!(err, Error::Spawn(_)));
+        assert!(matches!(err, Error::NoAgentBinary(_)));
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! `relay-agent bridge` (and through it, the agent daemon). The session layer does not know whether
 //! the bytes go through a local child process or an SSH exec channel.
 
-use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -19,6 +18,27 @@ pub type BoxWriter = Pin<Box<dyn AsyncWrite + Send>>;
 /// Boxed future returned by [`Transport::open`].
 pub type OpenFuture<'a> = Pin<Box<dyn Future<Output = Result<AgentStream, Error>> + Send + 'a>>;
 
+/// Boxed future returned by [`StreamGuard::failure`].
+pub type FailureFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+
+/// What keeps a stream's resources alive (a child process, an SSH connection) and can explain
+/// a stream that ended before the handshake. Dropping it must close the stream but never touch
+/// the agent daemon.
+pub trait StreamGuard: Send {
+    /// After the stream ended before the agent's welcome: why the far end stopped, when the
+    /// transport knows (the local bridge's exit status and stderr), as text that follows
+    /// "exited", e.g. ` (exit status: 1): cannot create /ro/run`. Waits briefly at most.
+    fn failure(&mut self) -> FailureFuture<'_> {
+        Box::pin(async { None })
+    }
+
+    /// The handshake succeeded (a transport may, e.g., start logging the far end's stderr).
+    fn ready(&mut self) {}
+}
+
+/// A guard with nothing to keep or explain (in-memory streams in tests).
+impl StreamGuard for () {}
+
 /// A byte stream to an agent, plus whatever must stay alive while it is used.
 pub struct AgentStream {
     /// Frames from the agent.
@@ -27,7 +47,7 @@ pub struct AgentStream {
     pub writer: BoxWriter,
     /// Resources owned by the stream (a child process, an SSH session, ...). Dropped when the
     /// session ends; dropping it must close the stream but never touch the agent daemon.
-    pub guard: Box<dyn Any + Send>,
+    pub guard: Box<dyn StreamGuard>,
 }
 
 /// Opens streams to one host's agent.
@@ -40,4 +60,15 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Human-readable name of the destination, for messages (`"local"`, `"relay@db1:22"`).
     fn describe(&self) -> String;
+}
+
+/// A boxed transport is a transport (the CLI picks local or SSH at run time).
+impl<T: Transport + ?Sized> Transport for Box<T> {
+    fn open(&self) -> OpenFuture<'_> {
+        (**self).open()
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
 }

@@ -130,6 +130,7 @@ async fn read_to(
             Some(PaneEvent::Exited { .. }) => exited = true,
             Some(PaneEvent::Gap { from, to }) => anyhow::bail!("gap {from}..{to} in a benchmark"),
             Some(PaneEvent::Disconnected { reason }) => anyhow::bail!("disconnected: {reason}"),
+            Some(other) => anyhow::bail!("unexpected {other:?} in a benchmark"),
             None => anyhow::bail!("pane stream ended"),
         }
     }

@@ -270,6 +270,17 @@ pub struct Collected {
     pub exit: Option<(u32, Option<String>)>,
     /// Offset after the last byte seen.
     pub end: u64,
+    /// Reasons of the host pane's interruptions ([`PaneEvent::Interrupted`]), in order.
+    pub interrupted: Vec<String>,
+    /// Offsets the host pane resumed from ([`PaneEvent::Resumed`]), in order.
+    pub resumed: Vec<u64>,
+    /// Re-attaches that proved nothing ([`PaneEvent::Unresolved`]).
+    pub unresolved: Vec<String>,
+    /// The end proven on a re-attach ([`PaneEvent::Ended`]): reason and exit, if seen.
+    pub ended: Option<(
+        relay_protocol::EndReason,
+        Option<relay_protocol::ExitStatus>,
+    )>,
 }
 
 impl Collected {
@@ -304,6 +315,11 @@ impl Collected {
             }
             PaneEvent::Exited { exit, .. } => self.exit = Some((exit.code, exit.signal)),
             PaneEvent::Disconnected { reason } => return Err(format!("disconnected: {reason}")),
+            PaneEvent::Interrupted { reason } => self.interrupted.push(reason),
+            PaneEvent::Resumed { from } => self.resumed.push(from),
+            PaneEvent::Unresolved { reason } => self.unresolved.push(reason),
+            PaneEvent::Ended { reason, exit } => self.ended = Some((reason, exit)),
+            other => return Err(format!("unexpected event {other:?}")),
         }
         Ok(())
     }

@@ -7,18 +7,18 @@
 //! EOF, on a stream error, or when the connection is closed. Whoever ends first closes the
 //! [`Shared`] state, which fails pending requests and tells the other task to stop.
 
-use std::any::Any;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use relay_protocol::message::Ack;
-use relay_protocol::{FrameCodec, Message, Request};
+use relay_protocol::{FrameCodec, Request};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::shared::Shared;
-use crate::transport::{BoxReader, BoxWriter};
+use crate::transport::{BoxReader, BoxWriter, StreamGuard};
 
 /// Reads frames until EOF, an error, or cancellation; never waits for a consumer.
 pub(crate) async fn read_loop(mut frames: FramedRead<BoxReader, FrameCodec>, shared: Arc<Shared>) {
@@ -30,7 +30,10 @@ pub(crate) async fn read_loop(mut frames: FramedRead<BoxReader, FrameCodec>, sha
         match next {
             None => break "the agent closed the connection".to_string(),
             Some(Err(e)) => break format!("reading from the agent failed: {e}"),
-            Some(Ok(frame)) => shared.dispatch(&frame),
+            Some(Ok(frame)) => {
+                shared.frames.fetch_add(1, Ordering::Relaxed);
+                shared.dispatch(&frame);
+            }
         }
     };
     shared.close(reason);
@@ -41,7 +44,7 @@ pub(crate) async fn write_loop(
     mut sink: FramedWrite<BoxWriter, FrameCodec>,
     mut requests: mpsc::Receiver<Bytes>,
     shared: Arc<Shared>,
-    guard: Box<dyn Any + Send>,
+    guard: Box<dyn StreamGuard>,
 ) {
     loop {
         tokio::select! {
@@ -49,9 +52,11 @@ pub(crate) async fn write_loop(
             _ = shared.cancel.cancelled() => break,
             _ = shared.ack_ready.notified() => {
                 for (pty, offset) in shared.take_acks() {
-                    let id = shared.next_id();
-                    let ack = Message::Request(id, Request::Ack(Ack { pty, offset }));
-                    if let Err(e) = sink.send(Bytes::from(ack.to_bytes())).await {
+                    let ack = Request::Ack(Ack { pty, offset });
+                    let Ok(frame) = shared.encode(shared.next_id(), ack) else {
+                        continue;
+                    };
+                    if let Err(e) = sink.send(frame).await {
                         shared.close(format!("writing to the agent failed: {e}"));
                         break;
                     }

@@ -8,7 +8,6 @@
 //! A bridge that exits without answering is explained by what it printed on stderr, when the
 //! transport collected it (the local transport does: [`crate::local`]).
 
-use std::any::Any;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +18,7 @@ use relay_protocol::{
 };
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use crate::transport::{BoxReader, BoxWriter};
+use crate::transport::{BoxReader, BoxWriter, StreamGuard};
 use crate::Error;
 use relay_protocol::FrameCodec;
 
@@ -37,12 +36,13 @@ const HINT: &str = "check your shell startup output (files like ~/.bashrc must n
 ///
 /// # Errors
 /// [`Error::Handshake`] for anything that is not a relay welcome (with a hint when it looks like
-/// text, and the bridge's own words when it exited), [`Error::Incompatible`] for another protocol
-/// major version.
+/// text), [`Error::BridgeExited`] when the stream ended first (with the bridge's own words when
+/// the transport has them), [`Error::HandshakeTimeout`] when nothing came within
+/// [`HANDSHAKE_TIMEOUT`], [`Error::Incompatible`] for another protocol major version.
 pub(crate) async fn run(
     reader: &mut FramedRead<BoxReader, FrameCodec>,
     writer: &mut FramedWrite<BoxWriter, FrameCodec>,
-    guard: &mut (dyn Any + Send),
+    guard: &mut dyn StreamGuard,
     client_id: &str,
     destination: &str,
 ) -> Result<Welcome, Error> {
@@ -52,7 +52,7 @@ pub(crate) async fn run(
     let sent = writer.send(bytes).await;
     let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.next()).await {
         Err(_) => {
-            return Err(Error::Handshake(format!(
+            return Err(Error::HandshakeTimeout(format!(
                 "the agent on {destination} did not answer within {}s",
                 HANDSHAKE_TIMEOUT.as_secs()
             )))
@@ -61,11 +61,11 @@ pub(crate) async fn run(
     };
     let result = match first {
         None => {
-            let said = crate::local::bridge_failure(guard).await;
+            let said = guard.failure().await;
             Err(closed_early(destination, sent.err(), said))
         }
-        Some(Err(FrameError::Io(io))) => match crate::local::bridge_failure(guard).await {
-            Some(exit) => Err(Error::Handshake(format!(
+        Some(Err(FrameError::Io(io))) => match guard.failure().await {
+            Some(exit) => Err(Error::BridgeExited(format!(
                 "reading the welcome from {destination} failed: {io}; the agent bridge \
                  exited{exit}"
             ))),
@@ -75,19 +75,15 @@ pub(crate) async fn run(
         Some(Ok(frame)) => check_welcome(&frame, destination),
     };
     if result.is_ok() {
-        crate::local::bridge_ready(guard);
+        guard.ready();
     }
     result
 }
 
-/// The stream ended before the welcome; `exit` is how the bridge ended, when it was collected.
-fn closed_early(
-    destination: &str,
-    write: Option<FrameError>,
-    exit: Option<crate::local::BridgeExit>,
-) -> Error {
+/// The stream ended before the welcome; `exit` is how the bridge ended, when the transport knows.
+fn closed_early(destination: &str, write: Option<FrameError>, exit: Option<String>) -> Error {
     let write = write.map(|e| format!(" (write: {e})")).unwrap_or_default();
-    Error::Handshake(match exit {
+    Error::BridgeExited(match exit {
         Some(exit) => {
             format!("the agent bridge on {destination} exited before answering{write}{exit}")
         }
@@ -112,8 +108,13 @@ fn frame_error(e: FrameError, destination: &str) -> Error {
                 "the first bytes from {destination} are not a relay welcome{text}; {HINT}"
             ))
         }
-        FrameError::Io(io) => Error::Handshake(format!(
-            "reading the welcome from {destination} failed: {io}; {HINT}"
+        // The stream ended inside what was taken for a frame: text, not relay.
+        FrameError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => Error::Handshake(
+            format!("reading the welcome from {destination} failed: {io}; {HINT}"),
+        ),
+        // A reset or a dropped link: a retry may succeed.
+        FrameError::Io(io) => Error::ConnectionLost(format!(
+            "reading the welcome from {destination} failed: {io}"
         )),
     }
 }

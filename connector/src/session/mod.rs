@@ -27,12 +27,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relay_protocol::message::{
-    Attach, Attached, Create, Created, Detach, Input, Kill, ListLeases, Open, Ping, Protect,
-    Resize, Signal, Status, StatusRequest,
+    Attach, Attached, Create, Created, Detach, Input, InputSeq, Kill, ListLeases, Open, Ping,
+    Protect, Resize, Signal, Status, StatusRequest,
 };
 use relay_protocol::{
-    Binding, Capability, FrameCodec, LeaseInfo, Message, PaneKey, PtyId, Request, Response,
-    SpawnSpec, TermSize, Welcome, DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK,
+    Binding, Capability, FrameCodec, LeaseInfo, PaneKey, PtyId, Request, Response, SpawnSpec,
+    TermSize, Welcome, DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -40,7 +40,8 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use crate::pane::{queue_cap, PaneHandle, PaneSink};
 use crate::transport::{AgentStream, Transport};
 use crate::Error;
-use shared::{Pending, Shared};
+use shared::{Pending, SessionLink, Shared};
+pub(crate) use shared::{Route, RouteStart};
 
 /// Capacity of the writer's request queue, in messages.
 const REQUEST_QUEUE: usize = 256;
@@ -60,7 +61,6 @@ struct Inner {
     shared: Arc<Shared>,
     welcome: Welcome,
     destination: String,
-    max_frame: usize,
 }
 
 impl std::fmt::Debug for Session {
@@ -109,8 +109,8 @@ impl Session {
             incarnation = %welcome.incarnation,
             "connected to agent"
         );
-        let shared = Arc::new(Shared::new());
         let (requests, rx) = mpsc::channel(REQUEST_QUEUE);
+        let shared = Arc::new(Shared::new(requests.downgrade(), max_frame as usize));
         tokio::spawn(conn::write_loop(writer, rx, shared.clone(), guard));
         tokio::spawn(conn::read_loop(reader, shared.clone()));
         Ok(Session {
@@ -119,7 +119,6 @@ impl Session {
                 shared,
                 welcome,
                 destination,
-                max_frame: max_frame as usize,
             }),
             timeout: None,
         })
@@ -160,6 +159,27 @@ impl Session {
         self.inner.shared.cancel.is_cancelled()
     }
 
+    /// Closes the connection now (as when the link is declared dead): pending requests fail
+    /// with [`Error::ConnectionLost`] carrying `reason`, pane streams end with
+    /// [`PaneEvent::Disconnected`](crate::PaneEvent::Disconnected). Nothing on the host changes
+    /// (rule A): the agent sees a closed connection and keeps every PTY.
+    pub fn close(&self, reason: impl Into<String>) {
+        self.inner.shared.close(reason.into());
+    }
+
+    /// Whether `other` is a handle on the same connection.
+    pub(crate) fn same_connection(&self, other: &Session) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Frames received from the agent so far (a liveness signal: compare two readings).
+    pub fn frames_received(&self) -> u64 {
+        self.inner
+            .shared
+            .frames
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Resolves when the connection is closed; returns why.
     pub async fn closed(&self) -> String {
         self.inner.shared.cancel.cancelled().await;
@@ -183,26 +203,33 @@ impl Session {
         }
     }
 
-    /// Creates-or-attaches in one step (capability `open`): spawns `spec` for `pane` unless the
-    /// pane has a live PTY (then nothing is spawned and `existed` is `true`; rule D), and attaches
-    /// this connection to the pane's PTY from `resume_from` (as [`Session::attach`]). The agent
-    /// does both under one lock, so with `Some(0)` even a command that exits at once delivers its
-    /// whole output and then [`PaneEvent::Exited`](crate::PaneEvent::Exited) — which
-    /// [`Session::create`] followed by [`Session::attach`] cannot promise (the attach may find
-    /// the pane already ended).
+    /// Creates-or-attaches in one step: spawns `spec` for `pane` unless the pane has a live PTY
+    /// (then nothing is spawned and `existed` is `true`; rule D), and attaches this connection to
+    /// the pane's PTY from `resume_from` (as [`Session::attach`]).
+    ///
+    /// With an agent that has the `open` capability (protocol 1.1) both happen under one lock,
+    /// so with `Some(0)` even a command that exits at once delivers its whole output and then
+    /// [`PaneEvent::Exited`](crate::PaneEvent::Exited). An older agent gets `Create` then
+    /// `Attach`, where such a command may already be gone when the attach arrives (the attach
+    /// then fails with `Ended`).
     ///
     /// # Errors
-    /// [`Error::Unsupported`] when the agent lacks the `open` capability (nothing is sent: use
-    /// `create` + `attach`); [`Error::Agent`] with `SpawnFailed` (bad command or cwd),
-    /// `BadRequest` (e.g. `resume_from` beyond the output of a live PTY);
-    /// [`Error::ConnectionLost`].
+    /// [`Error::Agent`] with `SpawnFailed` (bad command or cwd), `BadRequest` (e.g.
+    /// `resume_from` beyond the output of a live PTY), or, with an older agent, the attach's
+    /// refusals; [`Error::ConnectionLost`].
     pub async fn open(
         &self,
         pane: PaneKey,
         spec: SpawnSpec,
         resume_from: Option<u64>,
     ) -> Result<(Created, PaneHandle), Error> {
-        self.require(Capability::OPEN, "open")?;
+        if !self.inner.welcome.has(Capability::OPEN) {
+            let created = self.create(pane.clone(), spec).await?;
+            let handle = self
+                .attach(pane, Some(created.binding.pty), resume_from)
+                .await?;
+            return Ok((created, handle));
+        }
         let req = Request::Open(Open {
             pane,
             spec,
@@ -241,31 +268,57 @@ impl Session {
         }
     }
 
-    /// Sends a request that subscribes this connection (attach, open) with a fresh pane sink,
+    /// Sends a request that subscribes this connection (attach, open) with a fresh pane queue,
     /// which the reader installs for the PTY as soon as the reply arrives.
     async fn subscribe(&self, req: Request) -> Result<(Response, NewPane), Error> {
-        let credit = self.inner.welcome.has(Capability::CREDIT);
-        let window = u64::from(self.inner.welcome.limits.window);
-        let shared = &self.inner.shared;
-        let (sink, queue) = PaneSink::new(shared.next_sink_id(), queue_cap(window, credit));
+        let (sink, queue) = PaneSink::new(self.queue_cap());
         let sink_id = sink.id;
+        let resp = self.subscribe_route(req, Route::session(sink)).await?;
+        Ok((resp, NewPane { queue, sink_id }))
+    }
+
+    /// Sends a subscribing request (attach, open) whose pushes go to `route` once the reply
+    /// arrives (the reader installs it before reading the next frame).
+    pub(crate) async fn subscribe_route(
+        &self,
+        req: Request,
+        route: Route,
+    ) -> Result<Response, Error> {
+        let shared = &self.inner.shared;
         let (tx, rx) = oneshot::channel();
         let id = shared.next_id();
         let what = op_name(&req);
-        shared.register(id, Pending::Attach(tx, sink))?;
-        let resp = self
-            .bounded(what, async {
-                self.send(id, req).await?;
-                rx.await.unwrap_or_else(|_| Err(shared.lost()))
-            })
-            .await?;
-        let pane = NewPane {
-            queue,
-            sink_id,
-            credit,
-            window,
-        };
-        Ok((resp, pane))
+        shared.register(id, Pending::Attach(tx, route))?;
+        self.bounded(what, async {
+            self.send(id, req).await?;
+            rx.await.unwrap_or_else(|_| Err(shared.lost()))
+        })
+        .await
+    }
+
+    /// The byte cap of a pane queue on this connection (see [`queue_cap`]).
+    pub(crate) fn queue_cap(&self) -> u64 {
+        queue_cap(self.window(), self.credit())
+    }
+
+    /// Whether the agent throttles output by credit windows.
+    pub(crate) fn credit(&self) -> bool {
+        self.inner.welcome.has(Capability::CREDIT)
+    }
+
+    /// The agent's credit window per pane, in bytes.
+    pub(crate) fn window(&self) -> u64 {
+        u64::from(self.inner.welcome.limits.window)
+    }
+
+    /// Records that output of `pty` was consumed up to `offset` (the writer sends the ack).
+    pub(crate) fn ack(&self, pty: PtyId, offset: u64) {
+        self.inner.shared.ack(pty, offset);
+    }
+
+    /// Stops routing `pty` to the queue `sink_id` and detaches it, without waiting.
+    pub(crate) fn release(&self, binding: &Binding, sink_id: u64) {
+        self.inner.shared.release(binding, sink_id);
     }
 
     /// Writes `data` to the PTY of `binding` (keystrokes, pastes). Large inputs are split into
@@ -300,6 +353,33 @@ impl Session {
             Ok(())
         })
         .await
+    }
+
+    /// Writes `data` to the PTY of `binding` at most once (capability `input-seq`, protocol
+    /// 1.2): the agent applies it only if `seq` is greater than the last sequence number it
+    /// applied for `(PTY, writer)`, and answers a repeat with success without writing. So after
+    /// a reconnect a request whose answer was lost can be sent again under the same `seq`
+    /// without typing it twice. `writer` is a random id chosen once per pane handle; `seq`
+    /// grows by at least 1 per request. At most one output chunk (64 KiB) per request.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] without the capability (nothing is sent); otherwise as
+    /// [`Session::input`] (a refused request does not consume `seq`: retry with the same one).
+    pub async fn input_seq(
+        &self,
+        binding: &Binding,
+        writer: u64,
+        seq: u64,
+        data: &[u8],
+    ) -> Result<(), Error> {
+        self.require(Capability::INPUT_SEQ, "sequenced input")?;
+        let req = Request::InputSeq(InputSeq {
+            binding: binding.clone(),
+            writer,
+            seq,
+            data: data.to_vec(),
+        });
+        done("input", self.call(req).await?)
     }
 
     /// Resizes the PTY of `binding`.
@@ -353,7 +433,7 @@ impl Session {
             binding: binding.clone(),
         });
         let result = self.call(req).await;
-        self.inner.shared.end_pane(binding.pty);
+        self.inner.shared.end_route(binding.pty);
         done("detach", result?)
     }
 
@@ -463,17 +543,14 @@ impl Session {
     }
 
     async fn send(&self, id: u64, req: Request) -> Result<(), Error> {
-        let op = req.op();
-        let bytes = Bytes::from(Message::Request(id, req).to_bytes());
-        if bytes.len() > self.inner.max_frame {
-            self.inner.shared.unregister(id);
-            return Err(relay_protocol::ErrorReply::LimitExceeded {
-                what: format!("{op:?} request of {} bytes", bytes.len()),
-                limit: self.inner.max_frame as u64,
+        let frame = match self.inner.shared.encode(id, req) {
+            Ok(frame) => frame,
+            Err(e) => {
+                self.inner.shared.unregister(id);
+                return Err(e);
             }
-            .into());
-        }
-        if self.inner.requests.send(bytes).await.is_err() {
+        };
+        if self.inner.requests.send(frame).await.is_err() {
             self.inner.shared.unregister(id);
             return Err(self.inner.shared.lost());
         }
@@ -485,20 +562,21 @@ impl Session {
 struct NewPane {
     queue: crate::pane::PaneQueue,
     sink_id: u64,
-    credit: bool,
-    window: u64,
 }
 
 impl NewPane {
     fn handle(self, session: &Session, attached: Attached) -> PaneHandle {
+        let link = SessionLink {
+            shared: session.inner.shared.clone(),
+            binding: attached.binding.clone(),
+            sink_id: self.sink_id,
+        };
         PaneHandle::new(
             attached,
             self.queue,
-            self.sink_id,
-            self.credit,
-            self.window,
-            session.inner.shared.clone(),
-            session.inner.requests.downgrade(),
+            session.credit(),
+            session.window(),
+            Box::new(link),
         )
     }
 }
@@ -525,6 +603,7 @@ fn op_name(req: &Request) -> &'static str {
         Request::ListLeases(_) => "list leases",
         Request::Status(_) => "status",
         Request::Ping(_) => "ping",
+        Request::InputSeq(_) => "input",
         _ => "request",
     }
 }

@@ -1,5 +1,6 @@
 //! State shared by a session's handles and its reader and writer tasks: the table of pending
-//! requests, the per-PTY subscribers, and the coalesced credit acks.
+//! requests, the per-PTY routes to pane queues, the coalesced credit acks, and the one place
+//! requests are encoded into frames ([`Shared::encode`]).
 //!
 //! Everything here is synchronous (std mutexes, never held across an `.await`), so the reader can
 //! apply a frame without waiting for anyone: replies go to oneshot senders and pushes to the
@@ -7,13 +8,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use relay_protocol::{DecodeError, Message, PtyId, Push, Response};
-use tokio::sync::{oneshot, Notify};
+use bytes::Bytes;
+use relay_protocol::message::Detach;
+use relay_protocol::{Binding, DecodeError, Message, PtyId, Push, Request, Response};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::pane::PaneSink;
+use crate::pane::{PaneLink, PaneSink};
 use crate::Error;
 
 /// Where a reply goes.
@@ -23,14 +26,61 @@ pub(crate) type ReplyTx = oneshot::Sender<Result<Response, Error>>;
 pub(crate) enum Pending {
     /// A plain request.
     Reply(ReplyTx),
-    /// An attach or open: on `Attached` (or `Opened`), the sink is installed for the PTY before
+    /// An attach or open: on `Attached` (or `Opened`), the route is installed for the PTY before
     /// the next frame is read, so no output push after the reply can be missed.
-    Attach(ReplyTx, PaneSink),
+    Attach(ReplyTx, Route),
+}
+
+/// Where a PTY's pushes go on this connection.
+pub(crate) struct Route {
+    pub(crate) sink: Arc<PaneSink>,
+    /// Set when the attach reply arrives.
+    binding: Option<Binding>,
+    /// The pane belongs to a [`Host`](crate::Host), which outlives this connection: a lost
+    /// connection does not end its stream (the host reports and re-attaches it).
+    survives: bool,
+    start: RouteStart,
+}
+
+/// What the attach reply means to the route's queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum RouteStart {
+    /// A new stream: it starts at the reply's `replay_from`.
+    Fresh,
+    /// A stream that continues after a reconnect: the queue gets
+    /// [`PaneEvent::Resumed`](crate::PaneEvent::Resumed) (and a gap if bytes were lost) before
+    /// any output of the new subscription, and the new connection's byte cap.
+    Resume {
+        /// The new queue cap, in bytes.
+        cap: u64,
+    },
+}
+
+impl Route {
+    /// A route for a pane of a plain session (its stream ends with the connection).
+    pub(crate) fn session(sink: Arc<PaneSink>) -> Route {
+        Route {
+            sink,
+            binding: None,
+            survives: false,
+            start: RouteStart::Fresh,
+        }
+    }
+
+    /// A route for a pane of a host (its stream outlives the connection).
+    pub(crate) fn host(sink: Arc<PaneSink>, start: RouteStart) -> Route {
+        Route {
+            sink,
+            binding: None,
+            survives: true,
+            start,
+        }
+    }
 }
 
 struct State {
     pending: HashMap<u64, Pending>,
-    panes: HashMap<PtyId, PaneSink>,
+    routes: HashMap<PtyId, Route>,
     closed: Option<String>,
 }
 
@@ -40,26 +90,36 @@ pub(crate) struct Shared {
     acks: Mutex<HashMap<PtyId, u64>>,
     /// Woken when an ack is waiting to be written.
     pub(crate) ack_ready: Notify,
-    /// Cancelled when the connection is closed (by either task, or by the last handle going away).
+    /// Cancelled when the connection is closed (by either task, by the last handle going away,
+    /// or by [`Shared::close`] from a supervisor that declared the link dead).
     pub(crate) cancel: CancellationToken,
+    /// Frames received so far: a heartbeat compares two readings to tell silence from traffic
+    /// without a clock read per frame (rule I).
+    pub(crate) frames: AtomicU64,
+    /// The writer's queue, for requests sent from synchronous code (a dropped pane's `Detach`).
+    /// Weak: the writer ends when every [`Session`](crate::Session) handle is gone.
+    requests: mpsc::WeakSender<Bytes>,
+    /// Largest frame the agent accepts, in bytes.
+    max_frame: usize,
     next_id: AtomicU64,
-    next_sink: AtomicU64,
 }
 
 impl Shared {
     /// Fresh state; request ids start after the hello's id 1.
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(requests: mpsc::WeakSender<Bytes>, max_frame: usize) -> Self {
         Shared {
             state: Mutex::new(State {
                 pending: HashMap::new(),
-                panes: HashMap::new(),
+                routes: HashMap::new(),
                 closed: None,
             }),
             acks: Mutex::new(HashMap::new()),
             ack_ready: Notify::new(),
             cancel: CancellationToken::new(),
+            frames: AtomicU64::new(0),
+            requests,
+            max_frame,
             next_id: AtomicU64::new(2),
-            next_sink: AtomicU64::new(1),
         }
     }
 
@@ -73,9 +133,22 @@ impl Shared {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A fresh id telling subscriptions apart.
-    pub(crate) fn next_sink_id(&self) -> u64 {
-        self.next_sink.fetch_add(1, Ordering::Relaxed)
+    /// The frame of request `id`: the one place requests are encoded.
+    ///
+    /// # Errors
+    /// [`ErrorReply::LimitExceeded`](relay_protocol::ErrorReply::LimitExceeded) when the frame
+    /// is larger than the agent accepts (nothing is sent).
+    pub(crate) fn encode(&self, id: u64, req: Request) -> Result<Bytes, Error> {
+        let op = req.op();
+        let bytes = Bytes::from(Message::Request(id, req).to_bytes());
+        if bytes.len() > self.max_frame {
+            return Err(relay_protocol::ErrorReply::LimitExceeded {
+                what: format!("{op:?} request of {} bytes", bytes.len()),
+                limit: self.max_frame as u64,
+            }
+            .into());
+        }
+        Ok(bytes)
     }
 
     /// Records a pending request.
@@ -120,12 +193,11 @@ impl Shared {
     }
 
     /// Closes the connection's state: every pending request fails with
-    /// [`Error::ConnectionLost`], every pane stream gets [`PaneEvent::Disconnected`] and ends,
-    /// and both tasks are told to stop. Idempotent; the first reason wins.
-    ///
-    /// [`PaneEvent::Disconnected`]: crate::PaneEvent::Disconnected
+    /// [`Error::ConnectionLost`], every session pane's stream gets
+    /// [`PaneEvent::Disconnected`](crate::PaneEvent::Disconnected) and ends (host panes are
+    /// left to their host), and both tasks are told to stop. Idempotent; the first reason wins.
     pub(crate) fn close(&self, reason: String) {
-        let (pending, panes) = {
+        let (pending, routes) = {
             let mut st = self.state();
             if st.closed.is_some() {
                 return;
@@ -133,7 +205,7 @@ impl Shared {
             st.closed = Some(reason.clone());
             (
                 std::mem::take(&mut st.pending),
-                std::mem::take(&mut st.panes),
+                std::mem::take(&mut st.routes),
             )
         };
         tracing::debug!(%reason, "agent connection closed");
@@ -141,18 +213,22 @@ impl Shared {
             let (Pending::Reply(tx) | Pending::Attach(tx, _)) = p;
             let _ = tx.send(Err(Error::ConnectionLost(reason.clone())));
         }
-        for (_, sink) in panes {
-            sink.disconnected(reason.clone());
+        for (_, route) in routes {
+            if !route.survives {
+                route.sink.event(crate::PaneEvent::Disconnected {
+                    reason: reason.clone(),
+                });
+            }
         }
         self.cancel.cancel();
     }
 
-    /// Removes the subscription of `pty` if it is still the one with `sink_id`. Returns whether
-    /// it was removed.
-    pub(crate) fn remove_pane(&self, pty: PtyId, sink_id: u64) -> bool {
+    /// Removes the route of `pty` if it still leads to the sink `sink_id`. Returns whether it
+    /// was removed.
+    pub(crate) fn remove_route(&self, pty: PtyId, sink_id: u64) -> bool {
         let mut st = self.state();
-        if st.panes.get(&pty).is_some_and(|s| s.id == sink_id) {
-            st.panes.remove(&pty);
+        if st.routes.get(&pty).is_some_and(|r| r.sink.id == sink_id) {
+            st.routes.remove(&pty);
             true
         } else {
             false
@@ -160,8 +236,27 @@ impl Shared {
     }
 
     /// Ends the stream of `pty` (after an explicit detach).
-    pub(crate) fn end_pane(&self, pty: PtyId) {
-        self.state().panes.remove(&pty);
+    pub(crate) fn end_route(&self, pty: PtyId) {
+        self.state().routes.remove(&pty);
+    }
+
+    /// A handle whose queue is `sink_id` is gone: removes its route and, if it was still the
+    /// PTY's subscription, sends `Detach` without waiting (best effort: with a full queue the
+    /// agent keeps the subscription until the connection ends, and stops forwarding once the
+    /// window is used).
+    pub(crate) fn release(&self, binding: &Binding, sink_id: u64) {
+        if !self.remove_route(binding.pty, sink_id) {
+            return;
+        }
+        let Some(tx) = self.requests.upgrade() else {
+            return;
+        };
+        let req = Request::Detach(Detach {
+            binding: binding.clone(),
+        });
+        if let Ok(frame) = self.encode(self.next_id(), req) {
+            let _ = tx.try_send(frame);
+        }
     }
 
     /// Records that output of `pty` was consumed up to `offset`; the writer sends the ack.
@@ -225,17 +320,23 @@ impl Shared {
         };
         let tx = match pending {
             Pending::Reply(tx) => tx,
-            Pending::Attach(tx, mut sink) => {
+            Pending::Attach(tx, mut route) => {
                 let attached = match &resp {
                     Response::Attached(a) => Some(a),
                     Response::Opened(o) => Some(&o.attached),
                     _ => None,
                 };
                 if let Some(a) = attached {
-                    sink.binding = Some(a.binding.clone());
+                    match route.start {
+                        RouteStart::Fresh => route.sink.started(a.replay_from, a.lost),
+                        RouteStart::Resume { cap } => {
+                            route.sink.resumed(a.replay_from, cap);
+                        }
+                    }
+                    route.binding = Some(a.binding.clone());
                     // A previous subscription of this PTY on this session is taken over; its
-                    // stream ends when its sink is dropped here.
-                    st.panes.insert(a.binding.pty, sink);
+                    // stream ends when its sink is dropped here (unless a host still holds it).
+                    st.routes.insert(a.binding.pty, route);
                 }
                 tx
             }
@@ -255,26 +356,44 @@ impl Shared {
             Push::Exited(e) => e.binding.pty,
         };
         let mut st = self.state();
-        let Some(sink) = st.panes.get_mut(&pty) else {
+        let Some(route) = st.routes.get(&pty) else {
             tracing::trace!(%pty, "push for a PTY without subscriber dropped");
             return;
         };
         let keep = match push {
-            Push::Output(o) => sink.output(o.offset, o.data),
-            Push::OutputGap(g) => sink.gap(g.from, g.to),
+            Push::Output(o) => route.sink.output(o.offset, o.data),
+            Push::OutputGap(g) => route.sink.gap(g.from, g.to),
             Push::Exited(e) => {
-                if sink.binding.as_ref() != Some(&e.binding) {
+                if route.binding.as_ref() != Some(&e.binding) {
                     // Rule C: an exit for a binding this subscription does not hold.
                     tracing::debug!(binding = %e.binding, "exit for a stale binding dropped");
                     return;
                 }
-                sink.exited(e.exit, e.reason, e.event_key);
+                route.sink.exited(e.exit, e.reason, e.event_key);
                 false
             }
         };
         if !keep {
-            st.panes.remove(&pty);
+            st.routes.remove(&pty);
         }
+    }
+}
+
+/// The link of a pane attached through a plain [`Session`](crate::Session): acks and release
+/// go to that connection.
+pub(crate) struct SessionLink {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) binding: Binding,
+    pub(crate) sink_id: u64,
+}
+
+impl PaneLink for SessionLink {
+    fn ack(&self, pty: PtyId, offset: u64) {
+        self.shared.ack(pty, offset);
+    }
+
+    fn release(&self) {
+        self.shared.release(&self.binding, self.sink_id);
     }
 }
 
@@ -293,6 +412,11 @@ mod tests {
                 counter,
             },
         }
+    }
+
+    fn shared() -> Shared {
+        let (tx, _rx) = mpsc::channel(1);
+        Shared::new(tx.downgrade(), 1 << 20)
     }
 
     fn frame(m: Message) -> Vec<u8> {
@@ -315,10 +439,12 @@ mod tests {
 
     #[test]
     fn attach_reply_installs_the_subscriber_before_the_next_push() {
-        let shared = Shared::new();
+        let shared = shared();
         let (tx, mut rx) = oneshot::channel();
-        let (sink, mut q) = PaneSink::new(1, 1 << 20);
-        shared.register(5, Pending::Attach(tx, sink)).unwrap();
+        let (sink, mut q) = PaneSink::new(1 << 20);
+        shared
+            .register(5, Pending::Attach(tx, Route::session(sink)))
+            .unwrap();
         let b = binding(1);
         shared.dispatch(&attached_reply(5, &b));
         shared.dispatch(&frame(Message::Push(Push::Output(Output {
@@ -338,10 +464,12 @@ mod tests {
 
     #[test]
     fn open_reply_installs_the_subscriber_before_the_next_push() {
-        let shared = Shared::new();
+        let shared = shared();
         let (tx, mut rx) = oneshot::channel();
-        let (sink, mut q) = PaneSink::new(1, 1 << 20);
-        shared.register(6, Pending::Attach(tx, sink)).unwrap();
+        let (sink, mut q) = PaneSink::new(1 << 20);
+        shared
+            .register(6, Pending::Attach(tx, Route::session(sink)))
+            .unwrap();
         let b = binding(3);
         let attached = Attached {
             binding: b.clone(),
@@ -376,10 +504,12 @@ mod tests {
 
     #[test]
     fn exit_for_a_stale_binding_is_dropped() {
-        let shared = Shared::new();
+        let shared = shared();
         let (tx, _rx) = oneshot::channel();
-        let (sink, mut q) = PaneSink::new(1, 1 << 20);
-        shared.register(5, Pending::Attach(tx, sink)).unwrap();
+        let (sink, mut q) = PaneSink::new(1 << 20);
+        shared
+            .register(5, Pending::Attach(tx, Route::session(sink)))
+            .unwrap();
         let b = binding(2);
         shared.dispatch(&attached_reply(5, &b));
         let mut stale = b.clone();
@@ -398,7 +528,7 @@ mod tests {
 
     #[test]
     fn closing_fails_pending_requests_and_refuses_new_ones() {
-        let shared = Shared::new();
+        let shared = shared();
         let (tx, mut rx) = oneshot::channel();
         shared.register(9, Pending::Reply(tx)).unwrap();
         shared.close("bridge exited".into());
@@ -412,7 +542,7 @@ mod tests {
 
     #[test]
     fn agent_error_reply_becomes_a_typed_error() {
-        let shared = Shared::new();
+        let shared = shared();
         let (tx, mut rx) = oneshot::channel();
         shared.register(3, Pending::Reply(tx)).unwrap();
         shared.dispatch(&frame(Message::Response(

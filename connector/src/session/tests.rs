@@ -90,17 +90,8 @@ async fn operations_the_agent_did_not_advertise_are_refused_without_sending() {
     assert!(err.to_string().contains("protect"), "{err}");
     let err = session.status().await.unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
-    // An agent before protocol 1.1 has no `open`: the caller falls back to create + attach.
-    let err = session
-        .open(
-            binding().pane,
-            relay_protocol::SpawnSpec::default(),
-            Some(0),
-        )
-        .await
-        .unwrap_err();
+    let err = session.input_seq(&binding(), 1, 1, b"x").await.unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
-    assert!(err.to_string().contains("open"), "{err}");
     drop(session);
     // The peer sees the stream end without any request after the hello.
     assert!(peer.next().await.is_none(), "nothing was sent");
@@ -183,4 +174,70 @@ async fn a_request_the_agent_never_answers_times_out_with_a_hint() {
     peer.send(done.to_bytes().into()).await.unwrap();
     answered.await.unwrap().unwrap();
     assert!(!session.is_closed());
+}
+
+/// An agent before protocol 1.1 has no `open`: `Session::open` creates, then attaches to exactly
+/// the PTY it created (`expect`), so an app needs no second code path.
+#[tokio::test]
+async fn open_falls_back_to_create_then_attach_without_the_capability() {
+    let (session, mut peer) = connect(&[Capability::PTY, Capability::CREDIT]).await;
+    let opening = tokio::spawn({
+        let session = session.clone();
+        async move {
+            session
+                .open(
+                    binding().pane,
+                    relay_protocol::SpawnSpec::default(),
+                    Some(0),
+                )
+                .await
+        }
+    });
+    let req = peer.next().await.unwrap().unwrap();
+    let Message::Request(id, relay_protocol::Request::Create(c)) =
+        Message::from_bytes(&req).unwrap()
+    else {
+        panic!("create first, got {req:?}");
+    };
+    assert_eq!(c.pane, binding().pane);
+    let created = relay_protocol::message::Created {
+        binding: binding(),
+        existed: false,
+    };
+    peer.send(
+        Message::Response(id, Response::Created(created))
+            .to_bytes()
+            .into(),
+    )
+    .await
+    .unwrap();
+    let req = peer.next().await.unwrap().unwrap();
+    let Message::Request(id, relay_protocol::Request::Attach(a)) =
+        Message::from_bytes(&req).unwrap()
+    else {
+        panic!("then attach, got {req:?}");
+    };
+    assert_eq!(
+        a.expect,
+        Some(binding().pty),
+        "the PTY just created, no other"
+    );
+    assert_eq!(a.resume_from, Some(0));
+    let attached = relay_protocol::message::Attached {
+        binding: binding(),
+        replay_from: 0,
+        end_offset: 0,
+        lost: 0,
+        size: relay_protocol::TermSize::default(),
+    };
+    peer.send(
+        Message::Response(id, Response::Attached(attached))
+            .to_bytes()
+            .into(),
+    )
+    .await
+    .unwrap();
+    let (created, handle) = opening.await.unwrap().unwrap();
+    assert!(!created.existed);
+    assert_eq!(handle.binding(), &binding());
 }

@@ -126,7 +126,7 @@ impl BridgeReader {
                         return Ok(());
                     }
                     if noise.len() > MAX_NOISE {
-                        return Err(Error::Deploy(format!(
+                        return Err(Error::Handshake(format!(
                             "the host printed more than {MAX_NOISE} bytes before the agent bridge \
                              started; check the login shell's startup files (~/.bashrc, ...)"
                         )));
@@ -144,18 +144,27 @@ impl BridgeReader {
         }
     }
 
+    /// Why the bridge command ended before its sentinel, classified for retries: the link was
+    /// lost ([`Error::Ssh`]), the host cannot execute the agent (exit status 126 or 127, or the
+    /// loader's words about the binary: [`Error::AgentCannotRun`]), or anything else
+    /// ([`Error::BridgeExited`], e.g. a daemon that could not start yet).
     fn ended_early(&self) -> Error {
         let status = match self.exit_status {
             Some(s) => format!("exit status {s}"),
             None => "no exit status".to_string(),
         };
-        let lost = lost_reason(&self.lost)
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        Error::Deploy(format!(
-            "the agent bridge ended before it started ({status}){lost}: {}",
-            self.stderr_text()
-        ))
+        let stderr = self.stderr_text();
+        if let Some(lost) = lost_reason(&self.lost) {
+            return Error::Ssh(format!(
+                "the connection was lost while the agent bridge started ({lost})"
+            ));
+        }
+        let text = format!("the agent bridge ended before it started ({status}): {stderr}");
+        if cannot_execute(self.exit_status, &stderr) {
+            Error::AgentCannotRun(text)
+        } else {
+            Error::BridgeExited(text)
+        }
     }
 
     /// Handles a non-data message; returns true when the channel is finished.
@@ -260,9 +269,19 @@ impl AsyncRead for BridgeReader {
     }
 }
 
+/// Whether a bridge that ended with `status` and `stderr` could not execute the agent binary
+/// (POSIX shells exit 126 for "found but not executable", 127 for "not found"; the dynamic
+/// loader names a missing symbol version such as `GLIBC_2.34`).
+fn cannot_execute(status: Option<u32>, stderr: &str) -> bool {
+    matches!(status, Some(126 | 127))
+        || stderr.contains("GLIBC_")
+        || stderr.contains("cannot execute")
+        || stderr.contains("Exec format error")
+}
+
 #[cfg(test)]
 mod tests {
-    use super::find_sentinel;
+    use super::{cannot_execute, find_sentinel};
 
     #[test]
     fn sentinel_must_be_a_whole_line() {
@@ -275,5 +294,17 @@ mod tests {
         assert_eq!(find_sentinel(b"noise\r\nRELAY-X\r\nab", s), Some(16));
         assert_eq!(find_sentinel(b"RELAY-X", s), None);
         assert_eq!(find_sentinel(b"RELAY-XY\n", s), None);
+    }
+
+    #[test]
+    fn a_bridge_the_host_cannot_execute_is_told_apart_from_one_that_exited() {
+        assert!(cannot_execute(Some(127), "sh: 1: relay-agent: not found"));
+        assert!(cannot_execute(
+            Some(1),
+            "relay-agent: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found"
+        ));
+        assert!(cannot_execute(Some(126), "Permission denied"));
+        assert!(!cannot_execute(Some(1), "error: cannot create /ro/run"));
+        assert!(!cannot_execute(None, ""));
     }
 }

@@ -18,7 +18,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use super::auth::{self, AuthOptions};
 use super::config::{self, HostConfig, ResolveOptions};
 use super::handler::{ClientHandler, HandlerError, LostReason};
-use super::known_hosts::HostKeyPolicy;
+use super::known_hosts::{HostKeyPolicy, HostKeyPrompt};
 use crate::Error;
 
 /// Connect timeout when `ConnectTimeout` is not set.
@@ -32,12 +32,14 @@ pub const DEFAULT_KEEPALIVE_MAX: usize = 3;
 const MAX_HOPS: usize = 8;
 
 /// Settings shared by the target and its jump hosts.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct ConnectContext {
     /// Config file for resolving jump hosts.
     pub(crate) config_file: Option<std::path::PathBuf>,
     /// `--accept-new` and the like; `None` follows `StrictHostKeyChecking`.
     pub(crate) policy: Option<HostKeyPolicy>,
+    /// Asked about unknown host keys under [`HostKeyPolicy::Ask`].
+    pub(crate) prompt: Option<HostKeyPrompt>,
     /// Overrides `ConnectTimeout`.
     pub(crate) connect_timeout: Option<Duration>,
 }
@@ -141,6 +143,7 @@ pub(crate) fn connect<'a>(
             policy: ctx
                 .policy
                 .unwrap_or_else(|| HostKeyPolicy::from_config(cfg.strict_host_key_checking)),
+            prompt: ctx.prompt.clone(),
         };
         let timeout = ctx
             .connect_timeout

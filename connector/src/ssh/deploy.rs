@@ -137,7 +137,7 @@ impl AgentSource {
     /// Finds the local agent binary for `target`.
     ///
     /// # Errors
-    /// [`Error::Deploy`] listing the places searched when no binary exists for `target`.
+    /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
     pub fn find(&self, target: &str) -> Result<PathBuf, Error> {
         let is_local = local_target() == Some(target);
         let named = format!("relay-agent-{target}");
@@ -145,7 +145,7 @@ impl AgentSource {
         match self {
             AgentSource::File(p) => {
                 if !is_local {
-                    return Err(Error::Deploy(format!(
+                    return Err(Error::NoAgentBinary(format!(
                         "the host needs an agent for {target}, but the configured agent binary \
                          {} is for this machine ({}); configure a directory with \
                          relay-agent-{target} in it",
@@ -187,7 +187,7 @@ impl AgentSource {
         if let Some(found) = candidates.iter().find(|p| p.is_file()) {
             return Ok(found.clone());
         }
-        Err(Error::Deploy(format!(
+        Err(Error::NoAgentBinary(format!(
             "no relay-agent binary for {target} (looked at {}); build one for that target and \
              put it at one of those paths, or set RELAY_AGENT_DIR to a directory holding \
              relay-agent-{target}",
@@ -300,8 +300,8 @@ struct Probe {
 /// one path per installed agent.
 ///
 /// # Errors
-/// [`Error::Deploy`] for an unsupported platform, or a host with no sha256 tool (an upload could
-/// never be verified there).
+/// [`Error::NoAgentBinary`] for an unsupported platform, [`Error::AgentCannotRun`] for a host with
+/// no sha256 tool (an upload could never be verified there).
 fn parse_probe(answer: &str) -> Result<Probe, Error> {
     let mut lines = answer.lines();
     let platform = lines.next().unwrap_or_default().trim().to_string();
@@ -311,7 +311,7 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
         parts.next().unwrap_or_default(),
     );
     let Some(target) = target_for(os, machine) else {
-        return Err(Error::Deploy(format!(
+        return Err(Error::NoAgentBinary(format!(
             "the host runs {platform:?}; relay has no agent build for that platform \
              (supported: Linux x86_64/aarch64, macOS x86_64/arm64)"
         )));
@@ -320,7 +320,7 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
     match tool.strip_prefix(HASH_TOOL) {
         Some("sha256sum" | "shasum") => {}
         _ => {
-            return Err(Error::Deploy(
+            return Err(Error::AgentCannotRun(
                 "the host has neither sha256sum nor shasum, so relay cannot verify the agent \
                  binary it would upload; install coreutils (or perl's shasum) on the host"
                     .to_string(),

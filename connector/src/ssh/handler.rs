@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use russh::keys::PublicKeyOrCertificate;
 
-use super::known_hosts::{self, HostKeyPolicy};
+use super::known_hosts::{self, HostKeyPolicy, HostKeyPrompt};
 use crate::Error;
 
 /// Error type of the russh session task: either russh's own, or our host key refusal (kept
@@ -58,6 +58,8 @@ pub(crate) struct ClientHandler {
     pub(crate) known_hosts: Vec<PathBuf>,
     /// What to do with unknown keys.
     pub(crate) policy: HostKeyPolicy,
+    /// Asked about unknown keys under [`HostKeyPolicy::Ask`].
+    pub(crate) prompt: Option<HostKeyPrompt>,
     /// Keepalive interval × count: how long an unanswered host is waited for (for messages).
     pub(crate) keepalive_budget: Duration,
     /// Why the connection ended, set when russh reports the disconnect (read by the bridge
@@ -117,15 +119,16 @@ impl russh::client::Handler for ClientHandler {
                 russh::keys::PublicKey::from(cert.public_key().clone())
             }
         };
-        let (host, port, files, policy) = (
+        let (host, port, files, policy, prompt) = (
             self.host.clone(),
             self.port,
             self.known_hosts.clone(),
             self.policy,
+            self.prompt.clone(),
         );
-        // File IO: keep it off the async worker.
+        // File IO and perhaps a question to a person: keep it off the async worker.
         let verdict = tokio::task::spawn_blocking(move || {
-            known_hosts::verify(&host, port, &key, &files, policy)
+            known_hosts::verify(&host, port, &key, &files, policy, prompt.as_ref())
         })
         .await
         .map_err(|e| HandlerError::HostKey(format!("host key check failed: {e}")))?;

@@ -14,6 +14,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use russh::keys::{HashAlg, PublicKey};
 
@@ -23,9 +24,13 @@ use crate::Error;
 /// What to do with a host key that is not in any known_hosts file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HostKeyPolicy {
-    /// Refuse unknown keys (the default; OpenSSH's `yes` and `ask`).
-    #[default]
+    /// Refuse unknown keys (OpenSSH's `yes`).
     Strict,
+    /// Ask the [`HostKeyPrompt`] about an unknown key; record it and connect when it accepts,
+    /// refuse as [`HostKeyPolicy::Strict`] when it declines or there is none (OpenSSH's `ask`,
+    /// its default). An app without a way to ask gets strict checking.
+    #[default]
+    Ask,
     /// Record unknown keys in the first known_hosts file and connect (`accept-new`).
     AcceptNew,
     /// Connect without recording the key, logging a warning (`StrictHostKeyChecking no`).
@@ -36,12 +41,31 @@ impl HostKeyPolicy {
     /// The policy `StrictHostKeyChecking` asks for. Changed keys are refused under every policy.
     pub fn from_config(value: StrictHostKeyChecking) -> Self {
         match value {
-            StrictHostKeyChecking::Yes | StrictHostKeyChecking::Ask => HostKeyPolicy::Strict,
+            StrictHostKeyChecking::Yes => HostKeyPolicy::Strict,
+            StrictHostKeyChecking::Ask => HostKeyPolicy::Ask,
             StrictHostKeyChecking::AcceptNew => HostKeyPolicy::AcceptNew,
             StrictHostKeyChecking::No => HostKeyPolicy::AcceptUnrecorded,
         }
     }
 }
+
+/// An unknown host key, as shown to a [`HostKeyPrompt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownHostKey {
+    /// The host as known_hosts names it: `host`, or `[host]:port` for ports other than 22.
+    pub host: String,
+    /// Key algorithm, e.g. `ssh-ed25519`.
+    pub algorithm: String,
+    /// SHA256 fingerprint as OpenSSH prints it (`SHA256:...`).
+    pub fingerprint: String,
+    /// The known_hosts file an accepted key is recorded in.
+    pub file: PathBuf,
+}
+
+/// Decides about an unknown host key under [`HostKeyPolicy::Ask`]: `true` trusts and records
+/// it. Called on a blocking thread, so it may ask a person (the `relay` CLI asks on the
+/// terminal like `ssh`).
+pub type HostKeyPrompt = Arc<dyn Fn(&UnknownHostKey) -> bool + Send + Sync>;
 
 /// Where a known_hosts lookup found the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,17 +185,20 @@ pub fn fingerprint(key: &PublicKey) -> String {
     key.fingerprint(HashAlg::Sha256).to_string()
 }
 
-/// Checks a server's key under `policy`, recording it when the policy says so.
+/// Checks a server's key under `policy`, recording it when the policy says so (`prompt` is
+/// consulted under [`HostKeyPolicy::Ask`]).
 ///
 /// # Errors
-/// [`Error::HostKey`] for an unknown key under [`HostKeyPolicy::Strict`], for any changed key,
-/// and when `accept-new` cannot write the known_hosts file.
+/// [`Error::HostKey`] for an unknown key under [`HostKeyPolicy::Strict`] (or
+/// [`HostKeyPolicy::Ask`] without a yes), for any changed key, and when an accepted key cannot be
+/// written to the known_hosts file.
 pub fn verify(
     host: &str,
     port: u16,
     key: &PublicKey,
     files: &[PathBuf],
     policy: HostKeyPolicy,
+    prompt: Option<&HostKeyPrompt>,
 ) -> Result<(), Error> {
     let name = host_entry_name(host, port);
     let alg = key.algorithm();
@@ -193,39 +220,63 @@ pub fn verify(
             fp = fingerprint(key),
             file = file.display(),
         ))),
-        Verdict::Unknown => match policy {
-            HostKeyPolicy::Strict => Err(Error::HostKey(format!(
-                "the {alg} host key of {name} is not known (fingerprint {fp}; looked in {files}). \
-                 Check the fingerprint with the host's administrator, then run again with \
-                 --accept-new to trust it (like StrictHostKeyChecking=accept-new)",
-                fp = fingerprint(key),
-                files = list_files(files),
-            ))),
-            HostKeyPolicy::AcceptUnrecorded => {
-                tracing::warn!(
-                    host = %name,
-                    fingerprint = %fingerprint(key),
-                    "StrictHostKeyChecking=no: accepting an unknown host key without recording it"
-                );
-                Ok(())
+        Verdict::Unknown => {
+            let unknown = || {
+                Error::HostKey(format!(
+                    "the {alg} host key of {name} is not known (fingerprint {fp}; looked in \
+                     {files}). Check the fingerprint with the host's administrator, then run \
+                     again with --accept-new to trust it (like StrictHostKeyChecking=accept-new)",
+                    fp = fingerprint(key),
+                    files = list_files(files),
+                ))
+            };
+            match policy {
+                HostKeyPolicy::Strict => Err(unknown()),
+                HostKeyPolicy::Ask => {
+                    let (Some(prompt), Some(file)) = (prompt, files.first()) else {
+                        return Err(unknown());
+                    };
+                    let question = UnknownHostKey {
+                        host: name.clone(),
+                        algorithm: alg.to_string(),
+                        fingerprint: fingerprint(key),
+                        file: file.clone(),
+                    };
+                    if !prompt(&question) {
+                        return Err(unknown());
+                    }
+                    accept(&name, key, files)
+                }
+                HostKeyPolicy::AcceptUnrecorded => {
+                    tracing::warn!(
+                        host = %name,
+                        fingerprint = %fingerprint(key),
+                        "StrictHostKeyChecking=no: accepting an unknown host key without \
+                         recording it"
+                    );
+                    Ok(())
+                }
+                HostKeyPolicy::AcceptNew => accept(&name, key, files),
             }
-            HostKeyPolicy::AcceptNew => {
-                let Some(file) = files.first() else {
-                    return Err(Error::HostKey(format!(
-                        "cannot accept the host key of {name}: no UserKnownHostsFile is configured"
-                    )));
-                };
-                record(&name, key, file)?;
-                tracing::info!(
-                    host = %name,
-                    fingerprint = %fingerprint(key),
-                    file = %file.display(),
-                    "accepted new host key"
-                );
-                Ok(())
-            }
-        },
+        }
     }
+}
+
+/// Records an accepted unknown key in the first known_hosts file.
+fn accept(name: &str, key: &PublicKey, files: &[PathBuf]) -> Result<(), Error> {
+    let Some(file) = files.first() else {
+        return Err(Error::HostKey(format!(
+            "cannot accept the host key of {name}: no UserKnownHostsFile is configured"
+        )));
+    };
+    record(name, key, file)?;
+    tracing::info!(
+        host = %name,
+        fingerprint = %fingerprint(key),
+        file = %file.display(),
+        "accepted new host key"
+    );
+    Ok(())
 }
 
 fn list_files(files: &[PathBuf]) -> String {
@@ -328,20 +379,44 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("sub/known_hosts");
         let files = [file.clone()];
-        let err = verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Strict).unwrap_err();
+        let err = verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Strict, None).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains(&fingerprint(&key(KEY_A))), "{msg}");
         assert!(msg.contains("--accept-new"), "{msg}");
-        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::AcceptNew).unwrap();
-        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Strict).unwrap();
-        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::AcceptNew).unwrap();
+        verify(
+            "h",
+            2222,
+            &key(KEY_A),
+            &files,
+            HostKeyPolicy::AcceptNew,
+            None,
+        )
+        .unwrap();
+        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Strict, None).unwrap();
+        verify(
+            "h",
+            2222,
+            &key(KEY_A),
+            &files,
+            HostKeyPolicy::AcceptNew,
+            None,
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         // A changed key is refused even under accept-new, naming file and line.
-        let err = verify("h", 2222, &key(KEY_B), &files, HostKeyPolicy::AcceptNew).unwrap_err();
+        let err = verify(
+            "h",
+            2222,
+            &key(KEY_B),
+            &files,
+            HostKeyPolicy::AcceptNew,
+            None,
+        )
+        .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("CHANGED") && msg.contains("line 1"), "{msg}");
         assert!(msg.contains(&file.display().to_string()), "{msg}");
@@ -362,14 +437,22 @@ mod tests {
             HostKeyPolicy::AcceptNew,
             HostKeyPolicy::AcceptUnrecorded,
         ] {
-            let msg = verify("h", 22, &key(KEY_A), &files, policy)
+            let msg = verify("h", 22, &key(KEY_A), &files, policy, None)
                 .unwrap_err()
                 .to_string();
             assert!(msg.contains("REVOKED"), "{msg}");
             assert!(msg.contains(&format!("{} line 3", file.display())), "{msg}");
         }
         // Another host's key is revoked too (patterns do not matter).
-        assert!(verify("other", 22, &key(KEY_A), &files, HostKeyPolicy::AcceptNew).is_err());
+        assert!(verify(
+            "other",
+            22,
+            &key(KEY_A),
+            &files,
+            HostKeyPolicy::AcceptNew,
+            None
+        )
+        .is_err());
         // A @cert-authority line is not a plain trust of its key.
         assert_eq!(
             lookup("ca-host", 22, &key(KEY_B), &files).unwrap(),
@@ -389,8 +472,61 @@ mod tests {
             &key(KEY_A),
             std::slice::from_ref(&file),
             HostKeyPolicy::AcceptUnrecorded,
+            None,
         )
         .unwrap();
         assert!(!file.exists());
+    }
+
+    #[test]
+    fn ask_records_what_the_prompt_accepts_and_refuses_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("known_hosts");
+        let files = [file.clone()];
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        let no: HostKeyPrompt = Arc::new(move |q: &UnknownHostKey| {
+            seen.lock().unwrap().push(q.clone());
+            false
+        });
+        let err = verify(
+            "h",
+            2222,
+            &key(KEY_A),
+            &files,
+            HostKeyPolicy::Ask,
+            Some(&no),
+        );
+        assert!(err.unwrap_err().to_string().contains("not known"));
+        let q = asked.lock().unwrap()[0].clone();
+        assert_eq!(q.host, "[h]:2222");
+        assert_eq!(q.fingerprint, fingerprint(&key(KEY_A)));
+        assert_eq!(q.file, file);
+        assert!(!file.exists(), "a declined key is not recorded");
+        let err = verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Ask, None);
+        assert!(err.is_err(), "no prompt: strict");
+        let yes: HostKeyPrompt = Arc::new(|_: &UnknownHostKey| true);
+        verify(
+            "h",
+            2222,
+            &key(KEY_A),
+            &files,
+            HostKeyPolicy::Ask,
+            Some(&yes),
+        )
+        .unwrap();
+        verify("h", 2222, &key(KEY_A), &files, HostKeyPolicy::Strict, None).unwrap();
+        let err = verify(
+            "h",
+            2222,
+            &key(KEY_B),
+            &files,
+            HostKeyPolicy::Ask,
+            Some(&yes),
+        );
+        assert!(
+            err.unwrap_err().to_string().contains("CHANGED"),
+            "a changed key is never asked about"
+        );
     }
 }

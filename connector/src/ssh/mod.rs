@@ -9,7 +9,6 @@
 //! - [`deploy`]: platform probe, agent upload with hash verification, the bridge command.
 //! - `bridge`: the bridge's exec channel as a byte reader (skips shell noise, logs stderr).
 //! - `exec`: one remote command with output and exit status (deploy steps).
-//! - [`cli`]: `--accept-new`, `-F`, `-i`, `--port` for the binaries, passphrase prompt, progress line.
 //! - [`transport`]: [`SshTransport`], the [`Transport`](crate::transport::Transport) over all of it.
 //!
 //! One [`Transport::open`](crate::transport::Transport::open) = one SSH connection and one exec
@@ -21,7 +20,6 @@
 
 pub mod auth;
 mod bridge;
-pub mod cli;
 pub mod config;
 mod connect;
 pub mod deploy;
@@ -34,5 +32,5 @@ pub use auth::{AuthOptions, PassphraseCallback};
 pub use config::{HostConfig, ResolveOptions, StrictHostKeyChecking};
 pub use connect::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEEPALIVE_INTERVAL, DEFAULT_KEEPALIVE_MAX};
 pub use deploy::{AgentSource, DeployEvent, DeployReport, ProgressCallback};
-pub use known_hosts::HostKeyPolicy;
+pub use known_hosts::{HostKeyPolicy, HostKeyPrompt, UnknownHostKey};
 pub use transport::{SshOptions, SshTransport};

@@ -19,8 +19,8 @@ use super::config::{self, HostConfig, ResolveOptions};
 use super::connect::{self, ConnectContext, Connection};
 use super::deploy::{self, AgentSource, DeployReport, ProgressCallback};
 use super::handler::russh_error;
-use super::known_hosts::HostKeyPolicy;
-use crate::transport::{AgentStream, OpenFuture, Transport};
+use super::known_hosts::{HostKeyPolicy, HostKeyPrompt};
+use crate::transport::{AgentStream, OpenFuture, StreamGuard, Transport};
 use crate::Error;
 
 /// Everything needed to reach one host's agent over SSH.
@@ -32,9 +32,13 @@ pub struct SshOptions {
     pub resolve: ResolveOptions,
     /// Keys, ssh-agent use and the passphrase prompt.
     pub auth: AuthOptions,
-    /// Host key policy; `None` follows `StrictHostKeyChecking` from the config (default strict).
+    /// Host key policy; `None` follows `StrictHostKeyChecking` from the config (OpenSSH's
+    /// default `ask`: the [`SshOptions::host_key_prompt`] decides, strict without one).
     /// `Some(HostKeyPolicy::AcceptNew)` is `--accept-new`.
     pub host_key_policy: Option<HostKeyPolicy>,
+    /// Asked about an unknown host key under [`HostKeyPolicy::Ask`] (the CLI asks on the
+    /// terminal, as `ssh` does); `None` refuses unknown keys.
+    pub host_key_prompt: Option<HostKeyPrompt>,
     /// Where the agent binaries come from.
     pub agent: AgentSource,
     /// Deploy progress events.
@@ -50,6 +54,7 @@ impl std::fmt::Debug for SshOptions {
             .field("resolve", &self.resolve)
             .field("auth", &self.auth)
             .field("host_key_policy", &self.host_key_policy)
+            .field("host_key_prompt", &self.host_key_prompt.is_some())
             .field("agent", &self.agent)
             .field("progress", &self.progress.is_some())
             .field("connect_timeout", &self.connect_timeout)
@@ -76,15 +81,23 @@ impl Drop for SshGuard {
             return;
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
+            // Bounded: over a dead link (the reason we may be closing) the goodbye may never
+            // be written; the connection's keepalive ends what is left.
+            rt.spawn(tokio::time::timeout(CLOSE_GRACE, async move {
                 if let Some(w) = write {
                     let _ = w.close().await;
                 }
                 conn.disconnect().await;
-            });
+            }));
         }
     }
 }
+
+/// The guard has nothing to explain beyond what the SSH bridge reader reports itself.
+impl StreamGuard for SshGuard {}
+
+/// How long closing the bridge channel and disconnecting may take before they are abandoned.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 impl SshTransport {
     /// A transport for `opts.destination`. Nothing is resolved or contacted until
@@ -122,6 +135,7 @@ impl SshTransport {
         let ctx = ConnectContext {
             config_file: self.opts.resolve.config_file.clone(),
             policy: self.opts.host_key_policy,
+            prompt: self.opts.host_key_prompt.clone(),
             connect_timeout: self.opts.connect_timeout,
         };
         let conn = connect::connect(&cfg, &ctx, &self.opts.auth, 0).await?;

@@ -1,4 +1,8 @@
-//! Start-up shared by the `relay` and `relayctl` binaries (included by path; not a binary).
+//! What the `relay` and `relayctl` binaries share (included by path; not a binary): start-up,
+//! the destination argument and the SSH flags with their terminal callbacks.
+
+pub mod destination;
+pub mod ssh_args;
 
 use std::future::Future;
 use std::io::IsTerminal;

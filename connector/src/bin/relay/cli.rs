@@ -1,7 +1,7 @@
 //! Command-line definition of `relay` (clap derive); checks what the user typed, nothing more.
 
+use crate::common::destination::Destination;
 use clap::{Args, Parser, Subcommand};
-use relay_connector::Destination;
 use relay_protocol::PaneKey;
 
 /// Terminals that outlive their connection.
@@ -57,7 +57,7 @@ pub struct PaneArgs {
     pub pane: String,
     /// SSH flags (--accept-new, -F, -i, --port).
     #[command(flatten)]
-    pub ssh: relay_connector::ssh::cli::SshArgs,
+    pub ssh: crate::common::ssh_args::SshArgs,
 }
 
 impl PaneArgs {

@@ -54,10 +54,10 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
         let spec = SpawnSpec {
             command: Vec::new(),
             cwd: match destination {
-                relay_connector::Destination::Local => std::env::current_dir()
+                crate::common::destination::Destination::Local => std::env::current_dir()
                     .ok()
                     .map(|d| d.to_string_lossy().into_owned()),
-                relay_connector::Destination::Host(_) => None,
+                crate::common::destination::Destination::Host(_) => None,
             },
             term: std::env::var("TERM").ok().filter(|t| !t.is_empty()),
             size: size.unwrap_or_default(),
@@ -232,6 +232,7 @@ async fn pump(
                 }
                 // Rule A: a lost connection says nothing about the shell.
                 Some(PaneEvent::Disconnected { reason }) => anyhow::bail!(lost(&reason)),
+                Some(other) => tracing::debug!(?other, "pane event"),
                 None => anyhow::bail!(
                     "the pane's output stream ended; run the same command to reattach"
                 ),

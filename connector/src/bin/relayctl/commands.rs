@@ -3,7 +3,9 @@
 use std::io::Write;
 
 use anyhow::Context;
-use relay_connector::{Destination, Session};
+use relay_connector::Session;
+
+use crate::common::destination::Destination;
 use relay_protocol::{Binding, Incarnation, PaneKey, PtyId};
 
 use crate::{render, Cli, Command};

@@ -3,11 +3,10 @@
 
 use std::fmt;
 
-use crate::local::LocalTransport;
-use crate::ssh::cli::SshArgs;
-use crate::ssh::SshTransport;
-use crate::transport::Transport;
-use crate::Error;
+use relay_connector::ssh::SshTransport;
+use relay_connector::{Error, LocalTransport, Transport};
+
+use super::ssh_args::SshArgs;
 
 /// A destination chosen on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,14 +30,6 @@ impl Destination {
             (_, None) => Ok(Destination::Local),
             (false, Some(h)) => Ok(Destination::Host(h.to_string())),
         }
-    }
-
-    /// The transport that reaches this destination, with default SSH settings.
-    ///
-    /// # Errors
-    /// None today; kept fallible for transports that check their settings up front.
-    pub fn transport(&self) -> Result<Box<dyn Transport>, Error> {
-        self.transport_with(&SshArgs::default())
     }
 
     /// The transport that reaches this destination; `ssh` holds the SSH flags (`--accept-new`,
@@ -86,7 +77,9 @@ mod tests {
 
     #[test]
     fn a_host_is_reached_over_ssh() {
-        let t = Destination::Host("u@h:2222".into()).transport().unwrap();
+        let t = Destination::Host("u@h:2222".into())
+            .transport_with(&SshArgs::default())
+            .unwrap();
         assert_eq!(t.describe(), "u@h:2222");
     }
 }

@@ -1,14 +1,15 @@
 //! SSH command-line flags shared by `relay` and `relayctl`, and the terminal side of the SSH
-//! transport: the passphrase prompt on `/dev/tty` and the deploy progress line on stderr.
+//! transport's callbacks: the passphrase prompt and the host key question on `/dev/tty`, and the
+//! deploy progress line on stderr.
 
-use std::io::{IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::auth::PassphraseCallback;
-use super::deploy::{DeployEvent, ProgressCallback};
-use super::known_hosts::HostKeyPolicy;
-use super::transport::SshOptions;
+use relay_connector::ssh::{
+    DeployEvent, HostKeyPolicy, HostKeyPrompt, PassphraseCallback, ProgressCallback, SshOptions,
+    UnknownHostKey,
+};
 
 /// SSH flags (flatten into a clap command with `#[command(flatten)]`).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -29,12 +30,13 @@ pub struct SshArgs {
 }
 
 impl SshArgs {
-    /// Transport options for `destination` with these flags, a passphrase prompt on the terminal
-    /// and a deploy progress line on stderr.
+    /// Transport options for `destination` with these flags, a passphrase prompt and a host key
+    /// question on the terminal, and a deploy progress line on stderr.
     pub fn options(&self, destination: &str) -> SshOptions {
         let mut opts = SshOptions {
             destination: destination.to_string(),
             host_key_policy: self.accept_new.then_some(HostKeyPolicy::AcceptNew),
+            host_key_prompt: Some(tty_host_key_question()),
             progress: Some(stderr_progress(destination)),
             ..SshOptions::default()
         };
@@ -43,7 +45,7 @@ impl SshArgs {
         opts.auth.identities = self
             .identity
             .iter()
-            .map(|p| super::config::expand_tilde(&p.to_string_lossy()))
+            .map(|p| relay_connector::ssh::config::expand_tilde(&p.to_string_lossy()))
             .collect();
         opts.auth.passphrase = Some(tty_passphrase());
         opts
@@ -62,6 +64,48 @@ pub fn tty_passphrase() -> PassphraseCallback {
         rpassword::prompt_password(prompt)
             .ok()
             .filter(|p| !p.is_empty())
+    })
+}
+
+/// Asks about an unknown host key on `/dev/tty` like OpenSSH (`yes` trusts and records it).
+/// Declines without asking when stdin is not a terminal (scripts, tests): then unknown keys are
+/// refused with the fingerprint and the `--accept-new` hint, as before.
+pub fn tty_host_key_question() -> HostKeyPrompt {
+    Arc::new(|key: &UnknownHostKey| {
+        if !std::io::stdin().is_terminal() {
+            return false;
+        }
+        let Ok(mut tty) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")
+        else {
+            return false;
+        };
+        let _ = write!(
+            tty,
+            "The authenticity of host '{}' can't be established.\r\n{} key fingerprint is \
+             {}.\r\nAre you sure you want to continue connecting (yes/no)? ",
+            key.host, key.algorithm, key.fingerprint
+        );
+        let _ = tty.flush();
+        let mut answer = String::new();
+        if std::io::BufReader::new(&tty)
+            .read_line(&mut answer)
+            .is_err()
+        {
+            return false;
+        }
+        let yes = answer.trim().eq_ignore_ascii_case("yes");
+        if yes {
+            let _ = write!(
+                tty,
+                "Recording the key of {} in {}\r\n",
+                key.host,
+                key.file.display()
+            );
+        }
+        yes
     })
 }
 
