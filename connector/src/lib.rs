@@ -2,62 +2,69 @@
 //! connection, plus the `relay` and `relayctl` command-line tools built on it (feature `cli`,
 //! on by default; an app turns it off with `default-features = false`).
 //!
-//! An app opens one [`Session`] per host over a [`Transport`] (a local child process running
-//! `relay-agent bridge`, or an SSH exec channel) and multiplexes every workspace and pane on it.
-//! Panes are named by the app ([`PaneKey`](relay_protocol::PaneKey)); the agent owns the PTYs and hands out exact
-//! [`Binding`](relay_protocol::Binding)s. **Create** (and **open**, create-or-attach in one step)
-//! are the only operations that spawn; **attach** binds to what exists and
-//! fails with `NotFound`/`Ended`/`Mismatch` otherwise (rule B); every mutation names the exact
-//! binding it was meant for (rule C).
+//! An app opens one [`Host`] per SSH destination (or this machine) and keeps it. The host owns a
+//! [`Transport`] (a local child process running `relay-agent bridge`, or an SSH exec channel)
+//! and runs a supervisor that keeps one connection to the host's agent alive: it notices a dead
+//! link, reconnects with bounded backoff, and re-attaches every pane to the same PTY — it never
+//! creates a shell when it meant to re-attach. Every [`Workspace`] and pane of the host is
+//! multiplexed on that one connection.
 //!
-//! The key design choice is that the session is an actor whose reader task never waits for the
-//! app: replies go to per-request oneshot channels, output goes to per-pane queues bounded by the
+//! Panes are named by the app ([`PaneKey`](relay_protocol::PaneKey)); the agent owns the PTYs and
+//! hands out exact [`Binding`](relay_protocol::Binding)s. **Open** (create-or-attach) is the only
+//! operation that spawns; **attach** binds to what exists and fails with
+//! `NotFound`/`Ended`/`Mismatch` otherwise (rule B); every mutation names the exact binding it
+//! was meant for (rule C).
+//!
+//! The key design choice is that nothing on the connection's read path ever waits for the app:
+//! replies go to per-request oneshot channels, output goes to per-pane queues bounded by the
 //! agent's credit window (see [`pane`] for the slow-consumer policy), so a pane nobody reads
-//! throttles only itself.
+//! throttles only itself, and a host that is away only holds up its own panes.
 //!
 //! # Layout
 //!
-//! - [`transport`]: the [`Transport`] trait and the byte stream ([`AgentStream`]) it yields.
-//! - [`local`]: [`LocalTransport`], which runs `relay-agent bridge` as a child process, and how
-//!   the agent binary is found.
-//! - [`session`]: [`Session`] — hello/welcome, the reader and writer tasks, the table of pending
-//!   requests, and every operation (`create`, `attach`, `open`, `input`, `resize`, `signal`,
-//!   `kill`, `detach`, `protect`, `list_leases`, `status`, `ping`), and the optional per-handle
-//!   request timeout ([`Session::with_request_timeout`]; none by default).
-//! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one attached pane's ordered event stream, credit
-//!   acks and the slow-consumer policy.
-//! - `bin/relay`: `relay shell` / `relay attach`, an ssh-like terminal client (feature `cli`).
-//! - `bin/relayctl`: `relayctl leases|status|kill|protect` for operators.
+//! - [`host`]: [`Host`] (supervisor: states, heartbeat, backoff, re-attach), [`Workspace`],
+//!   [`HostState`]. Start here.
+//! - [`session`]: [`Session`] — one connection: hello/welcome, the reader and writer tasks, the
+//!   table of pending requests, every operation (`open`, `attach`, `input`, `resize`, `signal`,
+//!   `kill`, `detach`, `protect`, `list_leases`, `status`, `ping`). A host uses one at a time;
+//!   tools that want exactly one connection (`relayctl`) use it directly.
+//! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one pane's ordered event stream, credit acks
+//!   and the slow-consumer policy; it knows nothing of connections.
+//! - [`input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects.
+//! - [`transport`]: the [`Transport`] trait and the byte stream ([`AgentStream`]) it yields;
+//!   [`local`] ([`LocalTransport`]) and [`ssh`] ([`SshTransport`](ssh::SshTransport)) implement
+//!   it. Apps give the SSH transport callbacks for passphrases, unknown host keys and deploy
+//!   progress.
+//! - [`Error`]: one error type, with [`Error::is_transient`] telling "try again" from "a retry
+//!   cannot fix this".
+//! - `bin/relay`, `bin/relayctl`: the command-line tools (feature `cli`).
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
-//! connection was lost (rule A): a lost connection fails pending requests with
-//! [`Error::ConnectionLost`] and ends pane streams with [`PaneEvent::Disconnected`], and that is
-//! all. Only [`Session::kill`] ends a shell, and only for the exact binding it names.
+//! connection was lost (rule A). Only [`Session::kill`] ends a shell, and only for the exact
+//! binding it names.
 //!
 //! # Example
 //!
 //! ```no_run
-//! use relay_connector::{LocalTransport, PaneEvent, Session};
-//! use relay_protocol::{PaneKey, SpawnSpec};
+//! use relay_connector::{Host, HostOptions, LocalTransport, PaneEvent};
+//! use relay_protocol::SpawnSpec;
 //!
 //! # async fn demo() -> Result<(), relay_connector::Error> {
-//! let session = Session::connect(&LocalTransport::new(), "my-app").await?;
-//! let pane = PaneKey::new("my-project", "tab-1", "0");
+//! let host = Host::open(LocalTransport::new(), HostOptions::new("my-app"));
 //! let spec = SpawnSpec {
 //!     command: vec!["sh".into(), "-c".into(), "echo hello".into()],
 //!     ..SpawnSpec::default()
 //! };
-//! // Create-or-attach in one step (agents with the `open` capability): even a command that
-//! // exits at once delivers all its output from offset 0, then its exit.
-//! let (_created, mut handle) = session.open(pane, spec, Some(0)).await?;
-//! let binding = handle.binding().clone();
-//! session.resize(&binding, relay_protocol::TermSize { cols: 120, rows: 40 }).await?;
-//! while let Some(event) = handle.next().await {
+//! // Create-or-attach in one step: even a command that exits at once delivers all its output
+//! // from offset 0, then its exit. The stream survives reconnects.
+//! let (_created, mut pane) = host.workspace("my-project").open("tab-1", "0", spec).await?;
+//! host.resize(pane.binding(), relay_protocol::TermSize { cols: 120, rows: 40 }).await?;
+//! while let Some(event) = pane.next().await {
 //!     match event {
 //!         PaneEvent::Output { data, .. } => print!("{}", String::from_utf8_lossy(&data)),
 //!         PaneEvent::Gap { from, to } => eprintln!("[{} bytes lost]", to - from),
 //!         PaneEvent::Exited { exit, .. } => println!("[{exit}]"),
-//!         PaneEvent::Disconnected { reason } => eprintln!("[connection lost: {reason}]"),
+//!         PaneEvent::Interrupted { reason } => eprintln!("[reconnecting: {reason}]"),
 //!         other => eprintln!("[{other:?}]"),
 //!     }
 //! }
@@ -67,6 +74,8 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod host;
+pub mod input;
 pub mod local;
 pub mod pane;
 pub mod session;
@@ -74,6 +83,8 @@ pub mod ssh;
 pub mod transport;
 
 pub use error::Error;
+pub use host::{Host, HostOptions, HostState, Workspace};
+pub use input::{InputFailures, InputWriter};
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};
 pub use pane::{PaneEvent, PaneHandle};
 pub use session::Session;
