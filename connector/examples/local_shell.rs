@@ -1,15 +1,20 @@
-//! Opens a pane on the local agent that runs a short command, prints its output until it exits,
-//! then prints the exit status. Needs an agent with the `open` capability (protocol 1.1).
+//! Opens a pane on the local agent through a [`Host`] (the handle an app keeps: it reconnects and
+//! re-attaches by itself), runs a short command, prints its output until it exits, then prints
+//! the exit status. Connection events are printed as they come.
 //!
 //! Run with `cargo run -p relay-connector --example local_shell` (after
 //! `cargo build --workspace --bins`, so that `relay-agent` is next to the example's binary).
 
-use relay_connector::{LocalTransport, PaneEvent, Session};
-use relay_protocol::{PaneKey, SpawnSpec};
+use relay_connector::{Host, HostOptions, LocalTransport, PaneEvent};
+use relay_protocol::SpawnSpec;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let session = Session::connect(&LocalTransport::new(), "local_shell example").await?;
+    let host = Host::open(
+        LocalTransport::new(),
+        HostOptions::new("local_shell example"),
+    );
+    let session = host.session().await?;
     let w = session.welcome();
     println!(
         "connected to relay-agent {} (incarnation {})",
@@ -17,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // A fresh pane name per run, so that open really spawns.
-    let pane = PaneKey::new("examples", "local_shell", std::process::id().to_string());
+    let workspace = host.workspace("examples");
     let spec = SpawnSpec {
         command: vec![
             "sh".into(),
@@ -28,9 +33,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     // Create and attach in one step, replaying from offset 0: even though the command ends at
     // once, none of its output and not its exit status is missed.
-    let (created, mut handle) = session.open(pane, spec, Some(0)).await?;
+    let leaf = std::process::id().to_string();
+    let (created, mut pane) = workspace.open("local_shell", &leaf, spec).await?;
     println!("created {}", created.binding);
-    while let Some(event) = handle.next().await {
+    while let Some(event) = pane.next().await {
         match event {
             PaneEvent::Output { data, .. } => print!("{}", String::from_utf8_lossy(&data)),
             PaneEvent::Gap { from, to } => println!("[{} bytes lost]", to - from),
@@ -38,11 +44,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("[pane ended: {exit}, {reason}]");
                 break;
             }
-            PaneEvent::Disconnected { reason } => {
-                println!("[connection lost: {reason}]");
-                break;
+            PaneEvent::Interrupted { reason } => println!("[connection lost: {reason}]"),
+            PaneEvent::Resumed { from } => println!("[re-attached; output continues at {from}]"),
+            other => {
+                println!("[{other:?}]");
+                if other.is_final() {
+                    break;
+                }
             }
-            other => println!("[{other:?}]"),
         }
     }
     Ok(())

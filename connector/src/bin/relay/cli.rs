@@ -8,7 +8,12 @@ use relay_protocol::PaneKey;
 ///
 /// `relay shell` opens a pane's shell (creating it the first time) and attaches to it like ssh;
 /// type `~.` after Enter to detach and leave it running. Running the same command again
-/// re-attaches and replays the output you missed.
+/// re-attaches and replays the output you missed. When the connection drops, relay says so on
+/// the top line and comes back to the same shell by itself.
+///
+/// Exit status: the shell's (or the command's), 0 after a detach, 2 when `relay attach` finds no
+/// such pane, 255 when relay could not connect or a retry cannot fix the connection (host key,
+/// authentication, an agent that cannot run there) or the shell's end could not be learned.
 ///
 /// Escapes (only when stdin is a terminal, and only right after Enter): `~.` detaches, `~?` shows
 /// help, `~~` sends a `~`. As in ssh, a `~.` at the start of a line inside pasted text detaches
@@ -26,6 +31,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Attach to the pane's shell, creating the shell if the pane has none.
+    ///
+    /// `relay shell HOST -- CMD ARGS...` runs CMD in a new pane instead (named `run-...` unless
+    /// --pane is given), like `ssh -t HOST CMD`; relay exits with its status.
     ///
     /// Type `~.` after Enter to detach (the shell keeps running), `~?` for help, `~~` to send a
     /// `~`. As in ssh, a `~.` at the start of a line inside pasted text detaches too, and the rest
@@ -52,12 +60,16 @@ pub struct PaneArgs {
     /// bytes).
     #[arg(long, short = 'w', value_name = "W", default_value = "default", value_parser = name)]
     pub workspace: String,
-    /// Name of the pane inside the workspace (same rules as the workspace).
-    #[arg(long, short = 'p', value_name = "NAME", default_value = "main", value_parser = name)]
-    pub pane: String,
+    /// Name of the pane inside the workspace (same rules as the workspace; default `main`, or a
+    /// fresh `run-...` name when a command is given).
+    #[arg(long, short = 'p', value_name = "NAME", value_parser = name)]
+    pub pane: Option<String>,
     /// SSH flags (--accept-new, -F, -i, --port).
     #[command(flatten)]
     pub ssh: crate::common::ssh_args::SshArgs,
+    /// Command to run in a new pane instead of the login shell (after `--`).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
 }
 
 impl PaneArgs {
@@ -66,9 +78,22 @@ impl PaneArgs {
         Destination::from_args(self.local, self.host.as_deref())
     }
 
-    /// The pane key: `(workspace, pane name, "0")`.
+    /// The pane key: `(workspace, pane name, "0")`. Without --pane: `main` for the shell, a
+    /// name of its own for each command run (`run-<unix ms>-<pid>`), so a command never lands in
+    /// an existing shell.
     pub fn pane_key(&self) -> PaneKey {
-        PaneKey::new(&self.workspace, &self.pane, "0")
+        let name = match (&self.pane, self.command.is_empty()) {
+            (Some(name), _) => name.clone(),
+            (None, true) => "main".to_string(),
+            (None, false) => {
+                let ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis())
+                    .unwrap_or_default();
+                format!("run-{ms}-{}", std::process::id())
+            }
+        };
+        PaneKey::new(&self.workspace, &name, "0")
     }
 }
 
@@ -106,6 +131,25 @@ mod tests {
 
     /// Regression: `--pane p/q` created `default/p/q/0` and `-w '' --pane ''` created `//0`,
     /// neither of which `relayctl kill` could address.
+    /// Regression: `relay shell --local -- htop` failed with "--local cannot be used with
+    /// [HOST]" (the command was taken for a host).
+    #[test]
+    fn a_command_after_double_dash_is_not_a_host() {
+        let cli = parse(&["shell", "--local", "--", "htop", "-d", "5"]).unwrap();
+        let Command::Shell(args) = cli.command else {
+            panic!("shell");
+        };
+        assert!(args.local && args.host.is_none());
+        assert_eq!(args.command, ["htop", "-d", "5"]);
+        assert!(args.pane_key().tab.starts_with("run-"), "a pane of its own");
+        let cli = parse(&["shell", "db1", "--pane", "build", "--", "make"]).unwrap();
+        let Command::Shell(args) = cli.command else {
+            panic!("shell");
+        };
+        assert_eq!(args.host.as_deref(), Some("db1"));
+        assert_eq!(args.pane_key().to_string(), "default/build/0");
+    }
+
     #[test]
     fn pane_and_workspace_names_that_break_the_key_are_refused() {
         let long = "x".repeat(MAX_NAME + 1);

@@ -10,6 +10,7 @@ mod common;
 mod escape;
 mod input;
 mod shell;
+mod status;
 mod terminal;
 
 use std::process::ExitCode;

@@ -1,27 +1,34 @@
-//! `relay shell` and `relay attach`: connect, open (create-or-attach; create then attach with an
-//! agent before protocol 1.1) or attach, with full replay, then pump keystrokes, window sizes and
+//! `relay shell` and `relay attach`: reach the host (through a [`Host`], which reconnects by
+//! itself), attach to the pane's shell (or open it), then pump keystrokes, window sizes and
 //! output until the shell exits or the user detaches with `~.`.
 //!
-//! Rule G: once attached, the terminal loop never waits for the agent. Keystrokes go through a
-//! bounded queue and their own task ([`crate::input`]), resizes through another; so `~.`, SIGTERM
-//! and SIGHUP are handled at once even when the agent is stopped. A detach restores the terminal
-//! first and then spends at most [`DETACH_GRACE`] delivering typed input and the `Detach`.
+//! Rule G: once attached, the terminal loop never waits for the agent. Keystrokes go through the
+//! library's input writer, resizes through their own task; so `~.`, SIGTERM and SIGHUP are
+//! handled at once even when the agent is stopped or the link is down. A detach restores the
+//! terminal first and then spends at most [`DETACH_GRACE`] delivering typed input and the
+//! `Detach`.
+//!
+//! When the link drops, the pane's stream is interrupted, not ended: the status line (see
+//! [`crate::status`]) says what is happening, and output continues from the last offset once the
+//! host re-attached the same shell.
 
 use std::fmt::Display;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use relay_connector::{PaneEvent, PaneHandle, Session};
-use relay_protocol::{
-    Binding, Capability, EndReason, ErrorReply, ExitStatus, PaneKey, SpawnSpec, TermSize,
+use relay_connector::{
+    Host, HostOptions, HostState, InputFailures, PaneEvent, PaneHandle, Session,
 };
+use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, PaneKey, SpawnSpec, TermSize};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::cli::PaneArgs;
+use crate::common::destination::Destination;
 use crate::escape::{Action, Escapes, HELP};
-use crate::input::{InputFailures, InputQueue};
+use crate::input::InputQueue;
+use crate::status::{self, StatusLine};
 use crate::terminal::{self, RawMode};
 use crate::Failure;
 
@@ -39,75 +46,57 @@ enum Outcome {
     Exited { exit: ExitStatus, reason: EndReason },
 }
 
+/// Exit status when relay could not connect, a retry cannot fix the connection, or the shell's
+/// own status could not be learned (as ssh uses 255).
+pub const UNREACHABLE: u8 = 255;
+
 /// Runs the command; returns the process exit code.
 pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     let destination = args.destination()?;
     let transport = destination.transport_with(&args.ssh)?;
     let client_id = format!("relay-cli/{}", std::process::id());
-    let session = Session::connect(transport.as_ref(), &client_id)
-        .await
-        .with_context(|| format!("cannot reach the relay agent ({destination})"))?;
+    let host = Host::open(transport, HostOptions::new(client_id));
+    let session = first_connection(&host, &destination).await?;
     let pane = args.pane_key();
     let size = terminal::size();
-    let mut opened = None;
-    if mode == Mode::Shell {
-        let spec = SpawnSpec {
-            command: Vec::new(),
-            cwd: match destination {
-                crate::common::destination::Destination::Local => std::env::current_dir()
-                    .ok()
-                    .map(|d| d.to_string_lossy().into_owned()),
-                crate::common::destination::Destination::Host(_) => None,
-            },
-            term: std::env::var("TERM").ok().filter(|t| !t.is_empty()),
-            size: size.unwrap_or_default(),
-            env: Vec::new(),
-        };
-        if session.welcome().has(Capability::OPEN) {
-            // Create-or-attach in one step: a shell that exits at once is still seen whole.
-            opened = Some(
-                session
-                    .open(pane.clone(), spec, Some(0))
-                    .await
-                    .with_context(|| format!("cannot open a shell for pane {pane}"))?
-                    .1,
-            );
-        } else {
-            // An agent before protocol 1.1: create, then attach below.
-            session
-                .create(pane.clone(), spec)
-                .await
-                .with_context(|| format!("cannot create a shell for pane {pane}"))?;
-        }
-    }
-    let attached = match opened {
-        Some(h) => Ok(h),
-        None => session.attach(pane.clone(), None, Some(0)).await,
-    };
-    let handle = match attached {
-        Ok(h) => h,
-        Err(e) if mode == Mode::Attach && (e.is_not_found() || e.is_ended()) => {
-            return Err(Failure {
-                code: 2,
-                message: not_attachable(&e, &pane, &destination),
+    let handle = match mode {
+        Mode::Attach => match host.attach_pane(pane.clone(), None, Some(0)).await {
+            Ok(h) => h,
+            Err(e) if e.is_not_found() || e.is_ended() => {
+                return Err(Failure {
+                    code: 2,
+                    message: not_attachable(&e, &pane, &destination),
+                }
+                .into());
             }
-            .into());
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot attach to pane {pane}")),
+            Err(e) => return Err(e).with_context(|| format!("cannot attach to pane {pane}")),
+        },
+        Mode::Shell => open_pane(&host, &session, args, &pane, &destination, size).await?,
     };
     let binding = handle.binding().clone();
     // From here on SIGTERM and SIGHUP are ours: they end relay promptly, terminal restored.
     let mut stops = Stops::new()?;
     // The pane may have been created by a terminal of another size.
     let resize = start_resizer(
-        &session,
+        &host,
         &binding,
         size.filter(|s| *s != handle.attached().size),
     );
     let raw = RawMode::enter().context("cannot put the terminal in raw mode")?;
     let tty = raw.is_some();
-    let (mut input, mut failures) = InputQueue::start(&session, &binding);
-    let outcome = pump(handle, &mut input, &mut failures, &resize, &mut stops, tty).await;
+    let mut writer = host.input_writer(&binding);
+    let mut failures = writer.failures();
+    let mut input = InputQueue::new(writer);
+    let outcome = pump(
+        &host,
+        handle,
+        &mut input,
+        &mut failures,
+        &resize,
+        &mut stops,
+        tty,
+    )
+    .await;
     drop(raw);
     if tty && !matches!(outcome, Ok(Outcome::Exited { .. })) {
         // The cursor is wherever the shell left it (usually after a prompt).
@@ -122,16 +111,20 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
             tokio::select! {
                 _ = tokio::time::timeout(DETACH_GRACE, async {
                     input.finish().await;
-                    let _ = session.detach(&binding).await;
+                    if let Some(session) = host.try_session() {
+                        let _ = session.detach(&binding).await;
+                    }
                 }) => {}
                 _ = stops.recv() => {}
             }
+            host.close();
             Ok(0)
         }
         Outcome::Exited { exit, reason } => {
             if reason != EndReason::Exited {
                 eprintln!("[the shell of pane {pane} ended: {reason}, {exit}]");
             }
+            host.close();
             Ok(exit_code(&exit))
         }
     }
@@ -139,6 +132,112 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
 
 /// How long a detach waits to deliver typed input and the `Detach` request.
 const DETACH_GRACE: Duration = Duration::from_secs(2);
+
+/// Waits for the host's first connection. relay does not retry a host it could never reach
+/// (a typo, a host that is down): the first failure ends it with status 255, as in ssh. After a
+/// first connection, the host reconnects by itself.
+async fn first_connection(host: &Host, destination: &Destination) -> anyhow::Result<Session> {
+    let mut states = host.state();
+    loop {
+        if let Some(session) = host.try_session() {
+            return Ok(session);
+        }
+        let failed = match &*states.borrow_and_update() {
+            HostState::Reconnecting { last_error, .. } => Some(last_error.to_string()),
+            HostState::Failed { error } => Some(error.to_string()),
+            HostState::Closed => Some("closed".to_string()),
+            _ => None,
+        };
+        if let Some(error) = failed {
+            host.close();
+            return Err(Failure {
+                code: UNREACHABLE,
+                message: format!("cannot reach the relay agent ({destination}): {error}"),
+            }
+            .into());
+        }
+        if states.changed().await.is_err() {
+            anyhow::bail!("cannot reach the relay agent ({destination}): the host was closed");
+        }
+    }
+}
+
+/// `relay shell`: the pane's live shell, or a new one. Without a command the pane is attached
+/// first, so that a shell that ended (host rebooted, agent restarted) is reported before a new
+/// one starts; with a command a new pane runs it.
+async fn open_pane(
+    host: &Host,
+    session: &Session,
+    args: &PaneArgs,
+    pane: &PaneKey,
+    destination: &Destination,
+    size: Option<TermSize>,
+) -> anyhow::Result<PaneHandle> {
+    if args.command.is_empty() {
+        match host.attach_pane(pane.clone(), None, Some(0)).await {
+            Ok(h) => return Ok(h),
+            Err(e) if e.is_not_found() => {}
+            Err(e) if e.is_ended() => eprintln!("{}", previous_ended(session, &e, pane).await),
+            Err(e) => return Err(e).with_context(|| format!("cannot attach to pane {pane}")),
+        }
+    }
+    let spec = SpawnSpec {
+        command: args.command.clone(),
+        cwd: match destination {
+            Destination::Local => std::env::current_dir()
+                .ok()
+                .map(|d| d.to_string_lossy().into_owned()),
+            Destination::Host(_) => None,
+        },
+        term: std::env::var("TERM").ok().filter(|t| !t.is_empty()),
+        size: size.unwrap_or_default(),
+        env: Vec::new(),
+    };
+    let (created, handle) = host
+        .open_pane(pane.clone(), spec, Some(0))
+        .await
+        .with_context(|| format!("cannot open a shell for pane {pane}"))?;
+    if created.existed && !args.command.is_empty() {
+        eprintln!(
+            "[pane {pane} already runs a shell; attached to it, the command was not started]"
+        );
+    }
+    Ok(handle)
+}
+
+/// "the previous shell of pane w/main/0 ended: agent restarted 12 min ago; starting a new
+/// shell".
+async fn previous_ended(session: &Session, e: &relay_connector::Error, pane: &PaneKey) -> String {
+    let Some(ErrorReply::Ended {
+        pty, reason, exit, ..
+    }) = e.agent_reply()
+    else {
+        return format!("[the previous shell of pane {pane} ended; starting a new shell]");
+    };
+    let when = session
+        .list_leases()
+        .await
+        .ok()
+        .and_then(|leases| leases.into_iter().find(|l| l.binding.pty == *pty))
+        .map(|l| format!(" {}", ago(l.since_ms)))
+        .unwrap_or_default();
+    let how = exit.as_ref().map(|x| format!(", {x}")).unwrap_or_default();
+    format!("[the previous shell of pane {pane} ended: {reason}{when}{how}; starting a new shell]")
+}
+
+/// `12 min ago` for a time in milliseconds since the Unix epoch.
+fn ago(ms: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(ms);
+    let secs = now.saturating_sub(ms) / 1000;
+    match secs {
+        0..=89 => format!("{secs} s ago"),
+        90..=5399 => format!("{} min ago", (secs + 30) / 60),
+        _ => format!("{} h ago", (secs + 1800) / 3600),
+    }
+}
 
 /// One sentence for `relay attach` to a pane that does not exist or has ended.
 fn not_attachable(
@@ -158,17 +257,17 @@ fn not_attachable(
 /// Sends the latest window size to the pane from its own task, so a stopped agent cannot hold up
 /// the terminal loop. Starts with `initial` when given; ends when the sender is dropped.
 fn start_resizer(
-    session: &Session,
+    host: &Host,
     binding: &Binding,
     initial: Option<TermSize>,
 ) -> watch::Sender<Option<TermSize>> {
     let (tx, mut rx) = watch::channel(initial);
-    let (session, binding) = (session.clone(), binding.clone());
+    let (host, binding) = (host.clone(), binding.clone());
     tokio::spawn(async move {
         loop {
             let size = *rx.borrow_and_update();
             if let Some(size) = size {
-                let _ = session.resize(&binding, size).await;
+                let _ = host.resize(&binding, size).await;
             }
             if rx.changed().await.is_err() {
                 return;
@@ -202,8 +301,10 @@ impl Stops {
 }
 
 /// Moves bytes until the shell exits or the user detaches. Never waits for the agent: input and
-/// resizes go through their own tasks, so escapes and signals are always handled.
+/// resizes go through their own tasks, so escapes and signals are always handled, also while
+/// the host reconnects.
 async fn pump(
+    host: &Host,
     mut handle: PaneHandle,
     input: &mut InputQueue,
     failures: &mut InputFailures,
@@ -215,6 +316,10 @@ async fn pump(
     let mut escapes = Escapes::new(tty);
     let mut winch = signal(SignalKind::window_change()).context("cannot watch SIGWINCH")?;
     let mut out = tokio::io::stdout();
+    let mut states = host.state();
+    let mut line = StatusLine::new(tty);
+    let mut second = tokio::time::interval(Duration::from_secs(1));
+    let pane = handle.binding().pane.clone();
     loop {
         tokio::select! {
             ev = handle.next() => match ev {
@@ -230,13 +335,64 @@ async fn pump(
                 Some(PaneEvent::Exited { exit, reason, .. }) => {
                     return Ok(Outcome::Exited { exit, reason })
                 }
-                // Rule A: a lost connection says nothing about the shell.
-                Some(PaneEvent::Disconnected { reason }) => anyhow::bail!(lost(&reason)),
-                Some(other) => tracing::debug!(?other, "pane event"),
+                Some(PaneEvent::Ended { reason, exit }) => {
+                    let how = exit.as_ref().map(|x| format!(", {x}")).unwrap_or_default();
+                    return Err(Failure {
+                        code: exit.as_ref().map_or(UNREACHABLE, exit_code),
+                        message: format!(
+                            "the shell of pane {pane} ended while relay was away: {reason}{how}"
+                        ),
+                    }
+                    .into());
+                }
+                Some(PaneEvent::Mismatch { current }) => {
+                    let now = current.map_or("no shell".to_string(), |p| format!("PTY {p}"));
+                    return Err(Failure {
+                        code: 1,
+                        message: format!(
+                            "pane {pane} now has {now}, not the shell you were typing into; run \
+                             the same command to attach to it"
+                        ),
+                    }
+                    .into());
+                }
+                Some(PaneEvent::Unresolved { reason }) => {
+                    return Err(Failure {
+                        code: UNREACHABLE,
+                        message: format!(
+                            "after reconnecting, the host could not say what became of pane \
+                             {pane} ({reason}); nothing was ended; run the same command to try \
+                             again"
+                        ),
+                    }
+                    .into());
+                }
+                // The host reconnects by itself; the status line follows its state.
+                Some(_) => {}
                 None => anyhow::bail!(
                     "the pane's output stream ended; run the same command to reattach"
                 ),
             },
+            changed = states.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("the host was closed");
+                }
+                let state = states.borrow_and_update().clone();
+                if let HostState::Failed { error } = &state {
+                    return Err(Failure {
+                        code: UNREACHABLE,
+                        message: format!("cannot reconnect to {}: {error}", host.destination()),
+                    }
+                    .into());
+                }
+                draw(&mut out, &mut line, &state, host.destination()).await?;
+            }
+            _ = second.tick(), if line.is_shown() => {
+                let state = states.borrow().clone();
+                if status::ticking(&state) {
+                    draw(&mut out, &mut line, &state, host.destination()).await?;
+                }
+            }
             chunk = recv(&mut stdin), if input.accepting() => match chunk {
                 // EOF on stdin (piped input): deliver it, keep showing output until the shell
                 // exits.
@@ -258,7 +414,7 @@ async fn pump(
                 }
             },
             () = input.make_room(), if !input.accepting() => {}
-            err = failures.next() => return Err(err),
+            err = failures.next() => return Err(input_failure(err)),
             err = stops.recv() => return Err(err),
             _ = winch.recv() => {
                 if let Some(size) = terminal::size() {
@@ -269,12 +425,32 @@ async fn pump(
     }
 }
 
-/// What to say when the connection dropped while attached.
-fn lost(reason: &str) -> String {
-    format!(
-        "connection to the agent lost ({reason}); the shell may still be running: run the same \
-         command to reattach"
-    )
+/// Draws (or clears) the status line for `state`.
+async fn draw(
+    out: &mut tokio::io::Stdout,
+    line: &mut StatusLine,
+    state: &HostState,
+    destination: &str,
+) -> std::io::Result<()> {
+    let cols = terminal::size().map_or(80, |s| s.cols);
+    let bytes = line.update(status::message(state, destination), cols);
+    if !bytes.is_empty() {
+        out.write_all(&bytes).await?;
+        out.flush().await?;
+    }
+    Ok(())
+}
+
+fn input_failure(e: relay_connector::Error) -> anyhow::Error {
+    if e.is_mismatch() {
+        Failure {
+            code: 1,
+            message: format!("{e}; run the same command to attach to the pane's current shell"),
+        }
+        .into()
+    } else {
+        anyhow::Error::from(e).context("cannot send your input to the pane")
+    }
 }
 
 fn stopped_by(name: &str, number: u8) -> anyhow::Error {
@@ -342,5 +518,16 @@ mod tests {
         assert_eq!(code(1, Some("Killed")), 137);
         assert_eq!(code(1, Some("SIGTERM")), 143);
         assert_eq!(code(1, Some("no such signal")), 1);
+    }
+
+    #[test]
+    fn ages_read_naturally() {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert_eq!(ago(now - 5_000), "5 s ago");
+        assert_eq!(ago(now - 12 * 60_000), "12 min ago");
+        assert_eq!(ago(now - 3 * 3_600_000), "3 h ago");
     }
 }
