@@ -40,8 +40,23 @@ const SSH_PORT: &str = "22";
 /// (a flooding pane's output) are dropped as well as the client's packets.
 const RULES: [(&str, &str); 2] = [("INPUT", "--dport"), ("OUTPUT", "--sport")];
 
-/// Process names of per-connection sshd processes (`sshd-session` since OpenSSH 9.8).
-const SSHD_NAMES: [&str; 3] = ["sshd", "sshd-session", "sshd-auth"];
+/// Kills every sshd process but pid 1 (the listener) until none is left, and prints the number of
+/// established connections to port 22 before and after. Process names: `sshd`, and since OpenSSH
+/// 9.8 `sshd-session` and `sshd-auth`; zombies are dead already.
+const KILL_SSHD_SESSIONS: &str = r#"
+est() { cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:0016$/ && $4 == "01"' | wc -l; }
+before=$(est)
+rounds=0
+while pids=$(ps -e -o pid=,stat=,comm= | awk '$1 != 1 && $2 !~ /^Z/ &&
+        ($3 == "sshd" || $3 == "sshd-session" || $3 == "sshd-auth") { print $1 }')
+      [ -n "$pids" ]; do
+  rounds=$((rounds + 1))
+  if [ "$rounds" -gt 100 ]; then echo "sshd processes keep coming:" $pids >&2; exit 1; fi
+  kill -KILL $pids 2>/dev/null
+  sleep 0.02
+done
+echo "$before $(est)"
+"#;
 
 /// Partition state of one container, shared with [`Flapping`] tasks. The mutex serialises rule
 /// changes; its value is true while rules may be in place (set before adding them, cleared after
@@ -242,6 +257,8 @@ fn ss_established(pid: u32, kill: bool) -> Result<usize> {
 struct Proc {
     pid: u32,
     ppid: u32,
+    /// State `Z`: exited, not yet reaped by its parent.
+    zombie: bool,
     user: String,
     comm: String,
     args: String,
@@ -274,6 +291,21 @@ impl Snapshot {
             ),
         }
     }
+
+    /// See [`SshHost::shell_pids`].
+    fn shells(&self) -> Result<Vec<u32>> {
+        let Some(daemon) = self.daemon()? else {
+            return Ok(Vec::new());
+        };
+        let mut pids: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|p| p.ppid == daemon.pid && !p.zombie && p.args != daemon.args)
+            .map(|p| p.pid)
+            .collect();
+        pids.sort_unstable();
+        Ok(pids)
+    }
 }
 
 /// `.../relay-agent[-suffix] daemon ...`.
@@ -285,7 +317,7 @@ fn is_daemon_args(args: &str) -> bool {
 }
 
 const PS_LOCKS: &str =
-    "ps -e -o pid=,ppid=,user:32=,comm=,args=; echo '--locks--'; cat /proc/locks";
+    "ps -e -o pid=,ppid=,stat=,user:32=,comm=,args=; echo '--locks--'; cat /proc/locks";
 
 fn parse_snapshot(text: &str) -> Result<Snapshot> {
     let (ps, locks) = text
@@ -294,14 +326,15 @@ fn parse_snapshot(text: &str) -> Result<Snapshot> {
     let mut procs = Vec::new();
     for line in ps.lines().filter(|l| !l.trim().is_empty()) {
         let mut f = line.split_whitespace();
-        let (Some(pid), Some(ppid), Some(user), Some(comm)) =
-            (f.next(), f.next(), f.next(), f.next())
+        let (Some(pid), Some(ppid), Some(stat), Some(user), Some(comm)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             bail!("unexpected ps line {line:?}");
         };
         procs.push(Proc {
             pid: pid.parse().with_context(|| format!("ps line {line:?}"))?,
             ppid: ppid.parse().with_context(|| format!("ps line {line:?}"))?,
+            zombie: stat.starts_with('Z'),
             user: user.to_string(),
             comm: comm.to_string(),
             args: f.collect::<Vec<_>>().join(" "),
@@ -431,29 +464,27 @@ impl SshHost {
     /// Kills (SIGKILL) every sshd process except the listener (pid 1): the per-connection
     /// processes, as if sshd died under its sessions. The kernel then closes their connections.
     /// Processes started in those sessions (and the agent daemon, which detaches) keep running.
-    /// Returns how many connections were served by the killed processes (the children of pid 1
-    /// among them).
+    /// Repeats until none is left, because a session's monitor may fork its post-auth child
+    /// between a `ps` and the `kill`. Returns how many established connections to port 22 this
+    /// ended.
     ///
     /// # Errors
-    /// When docker fails or `ps` output cannot be read.
+    /// When docker fails, or sshd processes are still there after 100 rounds.
     pub async fn kill_sshd_sessions(&self) -> Result<usize> {
-        let snap = self.snapshot().await?;
-        let victims: Vec<&Proc> = snap
-            .procs
-            .iter()
-            .filter(|p| p.pid != 1 && SSHD_NAMES.contains(&p.comm.as_str()))
-            .collect();
-        if victims.is_empty() {
-            return Ok(0);
+        let out = self.exec_as("root", KILL_SSHD_SESSIONS).await?;
+        if out.code != 0 {
+            bail!("killing the sshd sessions failed: {}", out.stderr.trim());
         }
-        let pids: Vec<String> = victims.iter().map(|p| p.pid.to_string()).collect();
-        // A process may have exited since `ps`: that is not an error.
-        self.exec_as(
-            "root",
-            &format!("kill -KILL {} 2>/dev/null; true", pids.join(" ")),
-        )
-        .await?;
-        Ok(victims.iter().filter(|p| p.ppid == 1).count())
+        let counts: Vec<usize> = out
+            .out()
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("reading {:?}", out.out()))?;
+        match counts[..] {
+            [before, after] => Ok(before.saturating_sub(after)),
+            _ => bail!("expected two counts, got {:?}", out.out()),
+        }
     }
 
     /// Established TCP connections to sshd (port 22), read from the container's
@@ -495,24 +526,14 @@ impl SshHost {
     }
 
     /// Pids (in the container, ascending) of the agent daemon's direct children: the processes
-    /// it started on its PTYs, i.e. the live shells. Empty when no daemon runs. A child that
-    /// still shows the daemon's own command line (forked, not yet exec'd) is not counted.
+    /// it started on its PTYs, i.e. the live shells. Empty when no daemon runs. Not counted: a
+    /// child that exited and is not reaped yet (a zombie), and one that still shows the daemon's
+    /// own command line (forked, not yet exec'd).
     ///
     /// # Errors
     /// As [`SshHost::agent_daemon_pid`].
     pub async fn shell_pids(&self) -> Result<Vec<u32>> {
-        let snap = self.snapshot().await?;
-        let Some(daemon) = snap.daemon()? else {
-            return Ok(Vec::new());
-        };
-        let mut pids: Vec<u32> = snap
-            .procs
-            .iter()
-            .filter(|p| p.ppid == daemon.pid && p.args != daemon.args)
-            .map(|p| p.pid)
-            .collect();
-        pids.sort_unstable();
-        Ok(pids)
+        self.snapshot().await?.shells()
     }
 
     /// Pseudo-terminals allocated in the container (the numbered entries of its private
@@ -586,12 +607,14 @@ mod tests {
     #[test]
     fn the_daemon_is_the_flock_holder_and_shells_are_its_children() {
         let text = "\
-      1       0 root      sshd             sshd: /usr/sbin/sshd -D -e [listener] 0 of 10-100 startups
-     40       1 relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
-     41      40 relay     sh               sh -c sleep 1000
-     42      40 relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
-     50      20 relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
-     51       1 relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc bridge
+      1       0 Ss   root      sshd             sshd: /usr/sbin/sshd -D -e [listener] 0 of 10-100 startups
+     40       1 Ssl  relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
+     41      40 Ss+  relay     sh               sh -c sleep 1000
+     42      40 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
+     43      40 Z    relay     sh               [sh] <defunct>
+     44      40 Ss+  relay     bash             -bash
+     50      20 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
+     51       1 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc bridge
 --locks--
 1: FLOCK  ADVISORY  WRITE 40 00:2b:1234 0 EOF
 1: -> FLOCK  ADVISORY  WRITE 50 00:2b:1234 0 EOF
@@ -601,6 +624,7 @@ mod tests {
         assert_eq!(snap.flock_holders, vec![40]);
         assert_eq!(snap.daemon().unwrap().map(|d| d.pid), Some(40));
         assert_eq!(snap.procs[2].args, "sh -c sleep 1000");
+        assert_eq!(snap.shells().unwrap(), vec![41, 44]);
         assert!(!is_daemon_args("sleep daemon"));
         assert!(is_daemon_args("relay-agent daemon --foreground"));
     }
