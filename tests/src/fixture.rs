@@ -10,9 +10,11 @@
 //! `network_connect()`. Each host also gets a private temp HOME with `.ssh/` for known_hosts and
 //! ssh_config files, so tests never touch the real user's files.
 //!
-//! Faults for later tests: [`SshHost::pause`] (host frozen, TCP still up), [`SshHost::network_disconnect`]
-//! (partition), [`SshHost::restart`] (agent and PTYs really gone). The docker CLI is used for
-//! `exec` (as any user) and for network faults.
+//! Faults: [`SshHost::pause`] (host frozen, TCP still up), [`SshHost::network_disconnect`]
+//! (a partition the client sees as EOF), [`SshHost::restart`] (agent and PTYs really gone), and in
+//! [`crate::faults`] a silent partition, link flapping, killed TCP connections and host-side
+//! inspection of the agent's shells. The docker CLI is used for `exec` (as any user) and for
+//! network faults.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -25,6 +27,8 @@ use testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers::runners::AsyncRunner;
 use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::io::AsyncReadExt;
+
+use crate::faults::NetFaults;
 
 /// The user the image authorizes the client key for.
 pub const USER: &str = "relay";
@@ -121,12 +125,20 @@ impl ExecOut {
     }
 }
 
-/// One running sshd container.
+/// One running sshd container. Dropping it heals a partition ([`SshHost::partition`]) and
+/// removes the container.
 pub struct SshHost {
     container: ContainerAsync<GenericImage>,
     files: FixtureFiles,
     port: u16,
     home: tempfile::TempDir,
+    pub(crate) net: NetFaults,
+}
+
+impl Drop for SshHost {
+    fn drop(&mut self) {
+        self.net.heal_on_drop();
+    }
 }
 
 fn free_port() -> Result<u16> {
@@ -180,6 +192,7 @@ impl SshHost {
                     let home = tempfile::tempdir()?;
                     std::fs::create_dir_all(home.path().join(".ssh"))?;
                     let host = SshHost {
+                        net: NetFaults::new(container.id()),
                         container,
                         files: files.clone(),
                         port,
@@ -440,7 +453,7 @@ impl SshHost {
     }
 
     /// Restarts the container (every process, the agent and its PTYs included, is gone) and waits
-    /// for sshd on the same port.
+    /// for sshd on the same port. A partition ends with it (the netfilter rules are gone).
     ///
     /// # Errors
     /// When docker fails or sshd does not come back.

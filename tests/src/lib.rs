@@ -370,4 +370,5 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+pub mod faults;
 pub mod fixture;

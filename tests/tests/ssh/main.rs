@@ -22,6 +22,7 @@ mod broken_hosts;
 mod cli;
 mod deploy;
 mod faults;
+mod fixture_faults;
 mod host_keys;
 mod sessions;
 mod ssh_config;

@@ -1,0 +1,631 @@
+//! Fault primitives and host-side inspection for [`SshHost`] (the fault suite's building blocks).
+//!
+//! **Network faults** act inside the container's network namespace (entered with `nsenter` from
+//! the container's pid as docker reports it), so they need root on the test machine (CI runs as
+//! root) and the host tools `nsenter` (util-linux), `iptables` and `ss` (iproute2):
+//!
+//! - [`SshHost::partition`] / [`SshHost::heal`]: a *silent* partition. Two DROP rules, `INPUT
+//!   --dport 22` and `OUTPUT --sport 22`, swallow every packet of sshd's connections in both
+//!   directions: no RST, no FIN, no ICMP. A client sees silence (new connections time out in the
+//!   banner exchange, established ones stall without EOF), unlike `docker network disconnect`,
+//!   after which docker-proxy gives the client EOF at once. A partition is healed when the
+//!   `SshHost` is dropped (a test failing half-way leaves no rules behind) and ends with
+//!   [`SshHost::restart`] (the restarted container has fresh, empty netfilter tables).
+//! - [`SshHost::flap`]: a background task toggling the partition (a flapping link); its guard
+//!   [`Flapping`] heals when dropped.
+//! - [`SshHost::kill_ssh_connections`]: the host's kernel aborts sshd's TCP connections (`ss -K`,
+//!   it sends a RST), like a NAT or firewall dropping its state; processes are left alone.
+//!   [`SshHost::kill_sshd_sessions`] instead kills the per-connection sshd processes (sshd dying
+//!   under its sessions); it is also the fallback on kernels without `SOCK_DESTROY`.
+//!
+//! **Inspection** ([`SshHost::agent_daemon_pid`], [`SshHost::shell_pids`], [`SshHost::pts_count`],
+//! [`SshHost::ssh_connection_count`]) uses `docker exec`, so it works without root and while the
+//! host is partitioned (not while it is paused: docker refuses to exec into a paused container).
+//! Pids are the container's own (as the agent reports them in leases).
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use tokio::task::JoinHandle;
+
+use crate::fixture::{ExecOut, SshHost, USER};
+
+/// sshd's port inside the container.
+const SSH_PORT: &str = "22";
+
+/// The partition's rules: (chain, port match). Both directions, so that the host's own sends
+/// (a flooding pane's output) are dropped as well as the client's packets.
+const RULES: [(&str, &str); 2] = [("INPUT", "--dport"), ("OUTPUT", "--sport")];
+
+/// Kills every sshd process but pid 1 (the listener) until none is left, and prints the number of
+/// established connections to port 22 before and after. Process names: `sshd`, and since OpenSSH
+/// 9.8 `sshd-session` and `sshd-auth`; zombies are dead already.
+const KILL_SSHD_SESSIONS: &str = r#"
+est() { cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$2 ~ /:0016$/ && $4 == "01"' | wc -l; }
+before=$(est)
+rounds=0
+while pids=$(ps -e -o pid=,stat=,comm= | awk '$1 != 1 && $2 !~ /^Z/ &&
+        ($3 == "sshd" || $3 == "sshd-session" || $3 == "sshd-auth") { print $1 }')
+      [ -n "$pids" ]; do
+  rounds=$((rounds + 1))
+  if [ "$rounds" -gt 100 ]; then echo "sshd processes keep coming:" $pids >&2; exit 1; fi
+  kill -KILL $pids 2>/dev/null
+  sleep 0.02
+done
+echo "$before $(est)"
+"#;
+
+/// Partition state of one container, shared with [`Flapping`] tasks. The mutex serialises rule
+/// changes; its value is true while rules may be in place (set before adding them, cleared after
+/// a successful heal), so drop knows whether it has anything to undo.
+#[derive(Clone)]
+pub(crate) struct NetFaults {
+    container: String,
+    maybe_partitioned: Arc<Mutex<bool>>,
+}
+
+impl NetFaults {
+    pub(crate) fn new(container: &str) -> NetFaults {
+        NetFaults {
+            container: container.to_string(),
+            maybe_partitioned: Arc::new(Mutex::new(false)),
+        }
+    }
+
+    /// Adds (`on`) or removes the partition rules; blocking. Does nothing when `cancel` is set
+    /// (checked under the lock, so a stopped flapper can never partition after its final heal).
+    fn set(&self, on: bool, cancel: Option<&AtomicBool>) -> Result<()> {
+        let mut maybe = self
+            .maybe_partitioned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
+            return Ok(());
+        }
+        require_root(if on { "partition()" } else { "heal()" })?;
+        let Some(pid) = container_pid(&self.container)? else {
+            if on {
+                bail!(
+                    "cannot partition container {}: it is not running",
+                    self.container
+                );
+            }
+            // No process, no network namespace, no rules.
+            *maybe = false;
+            return Ok(());
+        };
+        if on {
+            *maybe = true;
+        }
+        for (chain, dir) in RULES {
+            let present = rule_present(pid, chain, dir)?;
+            if on && !present {
+                iptables(pid, "-A", chain, dir)?;
+            }
+            if !on && present {
+                // Remove every copy: heal leaves none of our rules, however they got there.
+                while rule_present(pid, chain, dir)? {
+                    iptables(pid, "-D", chain, dir)?;
+                }
+            }
+        }
+        if !on {
+            *maybe = false;
+        }
+        Ok(())
+    }
+
+    async fn set_async(&self, on: bool, cancel: Option<Arc<AtomicBool>>) -> Result<()> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.set(on, cancel.as_deref())).await?
+    }
+
+    /// Heals if a partition may be in place; blocking, for `Drop`. Failures are printed, not
+    /// raised (the container's removal clears its rules anyway).
+    pub(crate) fn heal_on_drop(&self) {
+        let maybe = *self
+            .maybe_partitioned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if maybe {
+            if let Err(e) = self.set(false, None) {
+                eprintln!(
+                    "fixture: healing container {} failed: {e:#}",
+                    self.container
+                );
+            }
+        }
+    }
+
+    /// Whether both partition rules are in place; blocking.
+    fn partitioned(&self) -> Result<bool> {
+        require_root("partitioned()")?;
+        let Some(pid) = container_pid(&self.container)? else {
+            return Ok(false);
+        };
+        for (chain, dir) in RULES {
+            if !rule_present(pid, chain, dir)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn require_root(what: &str) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "{what} needs root: it enters the container's network namespace with nsenter \
+             (run the tests as root, as CI does)"
+        );
+    }
+    Ok(())
+}
+
+fn run(program: &str, args: &[&str]) -> Result<ExecOut> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {program} {} (is it installed?)", args.join(" ")))?;
+    Ok(ExecOut {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// The container's init process as the machine sees it, `None` when it is not running.
+fn container_pid(container: &str) -> Result<Option<u32>> {
+    let out = run("docker", &["inspect", "-f", "{{.State.Pid}}", container])?;
+    if out.code != 0 {
+        bail!("docker inspect {container} failed: {}", out.stderr.trim());
+    }
+    let pid: u32 = out
+        .out()
+        .parse()
+        .with_context(|| format!("docker inspect gave pid {:?}", out.out()))?;
+    Ok((pid != 0).then_some(pid))
+}
+
+/// Runs `args` in the network namespace of `pid`.
+fn in_netns(pid: u32, args: &[&str]) -> Result<ExecOut> {
+    let pid = pid.to_string();
+    let mut all = vec!["-t", &pid, "-n", "--"];
+    all.extend_from_slice(args);
+    run("nsenter", &all)
+}
+
+fn rule_args<'a>(op: &'a str, chain: &'a str, dir: &'a str) -> [&'a str; 10] {
+    [
+        "iptables", "-w", op, chain, "-p", "tcp", dir, SSH_PORT, "-j", "DROP",
+    ]
+}
+
+fn rule_present(pid: u32, chain: &str, dir: &str) -> Result<bool> {
+    let out = in_netns(pid, &rule_args("-C", chain, dir))?;
+    match out.code {
+        0 => Ok(true),
+        // "Bad rule (does a matching rule exist in that chain?)"
+        1 => Ok(false),
+        _ => bail!(
+            "iptables -C {chain} in the container's netns failed ({}): {}",
+            out.code,
+            out.stderr.trim()
+        ),
+    }
+}
+
+fn iptables(pid: u32, op: &str, chain: &str, dir: &str) -> Result<()> {
+    let args = rule_args(op, chain, dir);
+    let out = in_netns(pid, &args)?;
+    if out.code != 0 {
+        bail!(
+            "nsenter -n {} failed: {}",
+            args.join(" "),
+            out.stderr.trim()
+        );
+    }
+    Ok(())
+}
+
+/// Sockets of sshd in state established, as `ss` lines; with `kill`, aborts them (`ss -K`
+/// prints only the sockets it destroyed).
+fn ss_established(pid: u32, kill: bool) -> Result<usize> {
+    let filter = format!("( sport = :{SSH_PORT} )");
+    let mut args = vec!["ss"];
+    if kill {
+        args.push("-K");
+    }
+    args.extend(["-t", "-n", "-H", "state", "established", &filter]);
+    let out = in_netns(pid, &args)?;
+    if out.code != 0 {
+        bail!(
+            "nsenter -n {} failed: {}",
+            args.join(" "),
+            out.stderr.trim()
+        );
+    }
+    Ok(out.stdout.lines().filter(|l| !l.trim().is_empty()).count())
+}
+
+/// A process in the container, from `ps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Proc {
+    pid: u32,
+    ppid: u32,
+    /// State `Z`: exited, not yet reaped by its parent.
+    zombie: bool,
+    user: String,
+    comm: String,
+    args: String,
+}
+
+/// What inspection reads in one `docker exec`: the process table and the pids holding flocks.
+struct Snapshot {
+    procs: Vec<Proc>,
+    flock_holders: Vec<u32>,
+}
+
+impl Snapshot {
+    /// `relay-agent daemon` processes of [`USER`] that hold a flock (the daemon holds
+    /// `run/daemon.lock` for its whole life; its start-up forks do not).
+    fn daemons(&self) -> Vec<&Proc> {
+        self.procs
+            .iter()
+            .filter(|p| p.user == USER && is_daemon_args(&p.args))
+            .filter(|p| self.flock_holders.contains(&p.pid))
+            .collect()
+    }
+
+    fn daemon(&self) -> Result<Option<&Proc>> {
+        match self.daemons().as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(one)),
+            many => bail!(
+                "several relay-agent daemons run as {USER}: {:?}",
+                many.iter().map(|p| (p.pid, &p.args)).collect::<Vec<_>>()
+            ),
+        }
+    }
+
+    /// See [`SshHost::shell_pids`].
+    fn shells(&self) -> Result<Vec<u32>> {
+        let Some(daemon) = self.daemon()? else {
+            return Ok(Vec::new());
+        };
+        let mut pids: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|p| p.ppid == daemon.pid && !p.zombie && p.args != daemon.args)
+            .map(|p| p.pid)
+            .collect();
+        pids.sort_unstable();
+        Ok(pids)
+    }
+}
+
+/// `.../relay-agent[-suffix] daemon ...`.
+fn is_daemon_args(args: &str) -> bool {
+    let mut words = args.split_whitespace();
+    let exe = words.next().unwrap_or("");
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    name.starts_with("relay-agent") && words.next() == Some("daemon")
+}
+
+const PS_LOCKS: &str =
+    "ps -e -o pid=,ppid=,stat=,user:32=,comm=,args=; echo '--locks--'; cat /proc/locks";
+
+fn parse_snapshot(text: &str) -> Result<Snapshot> {
+    let (ps, locks) = text
+        .split_once("--locks--")
+        .ok_or_else(|| anyhow!("no locks marker in {text:?}"))?;
+    let mut procs = Vec::new();
+    for line in ps.lines().filter(|l| !l.trim().is_empty()) {
+        let mut f = line.split_whitespace();
+        let (Some(pid), Some(ppid), Some(stat), Some(user), Some(comm)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            bail!("unexpected ps line {line:?}");
+        };
+        procs.push(Proc {
+            pid: pid.parse().with_context(|| format!("ps line {line:?}"))?,
+            ppid: ppid.parse().with_context(|| format!("ps line {line:?}"))?,
+            zombie: stat.starts_with('Z'),
+            user: user.to_string(),
+            comm: comm.to_string(),
+            args: f.collect::<Vec<_>>().join(" "),
+        });
+    }
+    // `1: FLOCK  ADVISORY  WRITE 123 00:2b:456 0 EOF`; blocked waiters have `->` after `1:`.
+    let flock_holders = locks
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&"FLOCK")).then(|| f.get(4)?.parse().ok())?
+        })
+        .collect();
+    Ok(Snapshot {
+        procs,
+        flock_holders,
+    })
+}
+
+impl SshHost {
+    /// Starts a silent partition of sshd's port: every packet to or from port 22 in the
+    /// container is dropped (see the module docs). Idempotent; [`SshHost::heal`] ends it, and so
+    /// does dropping the host. Takes ~10–30 ms.
+    ///
+    /// # Errors
+    /// When not root, when the container is not running, or when docker, `nsenter` or
+    /// `iptables` fail.
+    pub async fn partition(&self) -> Result<()> {
+        self.net.set_async(true, None).await
+    }
+
+    /// Ends a partition: removes exactly the rules [`SshHost::partition`] adds (every copy of
+    /// them, nothing else). Idempotent; a no-op when the container is not running.
+    ///
+    /// # Errors
+    /// When not root, or when docker, `nsenter` or `iptables` fail.
+    pub async fn heal(&self) -> Result<()> {
+        self.net.set_async(false, None).await
+    }
+
+    /// Whether the partition rules are in place (both of them).
+    ///
+    /// # Errors
+    /// When not root, or when docker, `nsenter` or `iptables` fail.
+    pub async fn is_partitioned(&self) -> Result<bool> {
+        let net = self.net.clone();
+        tokio::task::spawn_blocking(move || net.partitioned()).await?
+    }
+
+    /// Link flapping: from now on, partitioned for `period`, healed for `period`, and so on
+    /// until `total` has passed (the last phase is cut short at `total`), then healed. Runs in a
+    /// background task (needs a tokio runtime); dropping the returned guard stops it and heals.
+    /// E.g. `host.flap(Duration::from_secs(2), Duration::from_secs(60))`.
+    ///
+    /// # Errors
+    /// When not root or `period` is zero. Failures of the task are reported by
+    /// [`Flapping::wait`] and [`Flapping::stop`].
+    pub fn flap(&self, period: Duration, total: Duration) -> Result<Flapping> {
+        require_root("flap()")?;
+        if period.is_zero() {
+            bail!("flap(): the period must not be zero");
+        }
+        let net = self.net.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let net = net.clone();
+            let cancel = cancel.clone();
+            async move {
+                let end = tokio::time::Instant::now() + total;
+                let mut partitions = 0u32;
+                let result = async {
+                    loop {
+                        for on in [true, false] {
+                            let now = tokio::time::Instant::now();
+                            if now >= end {
+                                return Ok(());
+                            }
+                            net.set_async(on, Some(cancel.clone())).await?;
+                            partitions += u32::from(on);
+                            tokio::time::sleep_until(end.min(now + period)).await;
+                        }
+                    }
+                }
+                .await;
+                let healed = net.set_async(false, Some(cancel)).await;
+                result.and(healed).map(|()| partitions)
+            }
+        });
+        Ok(Flapping {
+            net,
+            cancel,
+            task: Some(task),
+        })
+    }
+
+    /// Aborts every established TCP connection of sshd from the host's side (`ss -K` in the
+    /// container's netns: the kernel drops the socket and sends a RST), like a NAT or firewall
+    /// losing its state: clients see the connection reset, sshd's session processes exit, and
+    /// nothing else on the host is touched (the agent daemon, its shells, the listening sshd).
+    /// On kernels without socket destruction it falls back to
+    /// [`SshHost::kill_sshd_sessions`]. Returns how many connections were aborted.
+    ///
+    /// # Errors
+    /// When not root, when the container is not running, or when docker, `nsenter` or `ss` fail.
+    pub async fn kill_ssh_connections(&self) -> Result<usize> {
+        let id = self.id().to_string();
+        let (before, killed) = tokio::task::spawn_blocking(move || -> Result<(usize, usize)> {
+            require_root("kill_ssh_connections()")?;
+            let pid =
+                container_pid(&id)?.ok_or_else(|| anyhow!("container {id} is not running"))?;
+            let before = ss_established(pid, false)?;
+            let killed = if before == 0 {
+                0
+            } else {
+                ss_established(pid, true)?
+            };
+            Ok((before, killed))
+        })
+        .await??;
+        if before > 0 && killed == 0 {
+            // `ss -K` prints nothing when the kernel cannot destroy sockets (no SOCK_DESTROY).
+            return self.kill_sshd_sessions().await;
+        }
+        Ok(killed)
+    }
+
+    /// Kills (SIGKILL) every sshd process except the listener (pid 1): the per-connection
+    /// processes, as if sshd died under its sessions. The kernel then closes their connections.
+    /// Processes started in those sessions (and the agent daemon, which detaches) keep running.
+    /// Repeats until none is left, because a session's monitor may fork its post-auth child
+    /// between a `ps` and the `kill`. Returns how many established connections to port 22 this
+    /// ended.
+    ///
+    /// # Errors
+    /// When docker fails, or sshd processes are still there after 100 rounds.
+    pub async fn kill_sshd_sessions(&self) -> Result<usize> {
+        let out = self.exec_as("root", KILL_SSHD_SESSIONS).await?;
+        if out.code != 0 {
+            bail!("killing the sshd sessions failed: {}", out.stderr.trim());
+        }
+        let counts: Vec<usize> = out
+            .out()
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("reading {:?}", out.out()))?;
+        match counts[..] {
+            [before, after] => Ok(before.saturating_sub(after)),
+            _ => bail!("expected two counts, got {:?}", out.out()),
+        }
+    }
+
+    /// Established TCP connections to sshd (port 22), read from the container's
+    /// `/proc/net/tcp{,6}` (works while partitioned: the sockets stay established).
+    ///
+    /// # Errors
+    /// When docker fails.
+    pub async fn ssh_connection_count(&self) -> Result<usize> {
+        let out = self
+            .exec("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
+            .await?;
+        Ok(out
+            .stdout
+            .lines()
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // local address `IP:0016` (port 22), state `01` (ESTABLISHED)
+                f.len() > 3 && f[1].ends_with(":0016") && f[3] == "01"
+            })
+            .count())
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot> {
+        let out = self.exec_as("root", PS_LOCKS).await?;
+        if out.code != 0 {
+            bail!("`{PS_LOCKS}` exited {}: {}", out.code, out.stderr.trim());
+        }
+        parse_snapshot(&out.stdout)
+    }
+
+    /// Pid (in the container) of the `relay-agent daemon` of user `relay`: the `relay-agent*
+    /// daemon` process that holds a flock (its `run/daemon.lock`), so the short-lived start-up
+    /// forks are not taken for it. `None` when no daemon runs (or it has not locked yet).
+    ///
+    /// # Errors
+    /// When docker fails, or when several daemons run as `relay` (several `RELAY_HOME`s).
+    pub async fn agent_daemon_pid(&self) -> Result<Option<u32>> {
+        Ok(self.snapshot().await?.daemon()?.map(|d| d.pid))
+    }
+
+    /// Pids (in the container, ascending) of the agent daemon's direct children: the processes
+    /// it started on its PTYs, i.e. the live shells. Empty when no daemon runs. Not counted: a
+    /// child that exited and is not reaped yet (a zombie), and one that still shows the daemon's
+    /// own command line (forked, not yet exec'd).
+    ///
+    /// # Errors
+    /// As [`SshHost::agent_daemon_pid`].
+    pub async fn shell_pids(&self) -> Result<Vec<u32>> {
+        self.snapshot().await?.shells()
+    }
+
+    /// Pseudo-terminals allocated in the container (the numbered entries of its private
+    /// `/dev/pts`): the agent's PTYs plus those of `ssh -t` sessions.
+    ///
+    /// # Errors
+    /// When docker fails.
+    pub async fn pts_count(&self) -> Result<usize> {
+        let out = self.exec("ls /dev/pts").await?;
+        if out.code != 0 {
+            bail!("ls /dev/pts exited {}: {}", out.code, out.stderr.trim());
+        }
+        Ok(out
+            .stdout
+            .split_whitespace()
+            .filter(|n| n.chars().all(|c| c.is_ascii_digit()))
+            .count())
+    }
+}
+
+/// A running [`SshHost::flap`]. Dropping it stops the flapping and heals the host (blocking for
+/// the few ms `iptables` takes); [`Flapping::wait`] and [`Flapping::stop`] also report errors.
+#[must_use = "dropping the guard stops the flapping at once"]
+pub struct Flapping {
+    net: NetFaults,
+    cancel: Arc<AtomicBool>,
+    task: Option<JoinHandle<Result<u32>>>,
+}
+
+impl Flapping {
+    /// Waits until the flapping is over (its `total` has passed and the host is healed) and
+    /// returns how many times the host was partitioned.
+    ///
+    /// # Errors
+    /// When adding or removing the rules failed (the host is healed anyway, best effort).
+    pub async fn wait(mut self) -> Result<u32> {
+        let task = self.task.take().expect("the task is only taken once");
+        let result = task.await.map_err(anyhow::Error::from).and_then(|r| r);
+        self.cancel.store(true, Ordering::SeqCst);
+        self.net.set_async(false, None).await?;
+        result
+    }
+
+    /// Stops flapping now and heals the host.
+    ///
+    /// # Errors
+    /// When healing fails.
+    pub async fn stop(mut self) -> Result<()> {
+        self.cancel.store(true, Ordering::SeqCst);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+        self.net.set_async(false, None).await
+    }
+}
+
+impl Drop for Flapping {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            self.cancel.store(true, Ordering::SeqCst);
+            task.abort();
+            self.net.heal_on_drop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daemon_is_the_flock_holder_and_shells_are_its_children() {
+        let text = "\
+      1       0 Ss   root      sshd             sshd: /usr/sbin/sshd -D -e [listener] 0 of 10-100 startups
+     40       1 Ssl  relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
+     41      40 Ss+  relay     sh               sh -c sleep 1000
+     42      40 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
+     43      40 Z    relay     sh               [sh] <defunct>
+     44      40 Ss+  relay     bash             -bash
+     50      20 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
+     51       1 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc bridge
+--locks--
+1: FLOCK  ADVISORY  WRITE 40 00:2b:1234 0 EOF
+1: -> FLOCK  ADVISORY  WRITE 50 00:2b:1234 0 EOF
+2: POSIX  ADVISORY  WRITE 51 00:2b:99 0 EOF
+";
+        let snap = parse_snapshot(text).unwrap();
+        assert_eq!(snap.flock_holders, vec![40]);
+        assert_eq!(snap.daemon().unwrap().map(|d| d.pid), Some(40));
+        assert_eq!(snap.procs[2].args, "sh -c sleep 1000");
+        assert_eq!(snap.shells().unwrap(), vec![41, 44]);
+        assert!(!is_daemon_args("sleep daemon"));
+        assert!(is_daemon_args("relay-agent daemon --foreground"));
+    }
+}
