@@ -17,7 +17,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use relay_connector::{BridgeStderr, LocalConfig, LocalTransport, PaneEvent, PaneHandle, Session};
+use relay_connector::{
+    BridgeStderr, Host, HostState, LocalConfig, LocalTransport, PaneEvent, PaneHandle, Session,
+};
 
 /// Generous bound for things that should take milliseconds (liveness, not performance).
 pub const LIVENESS: Duration = Duration::from_secs(20);
@@ -166,6 +168,45 @@ impl TestHome {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).expect("relayctl leases --json prints a JSON array")
+    }
+
+    /// Pids of the `relay-agent bridge` processes of this home (one per connection over the
+    /// local transport), found by their `RELAY_HOME` in `/proc/<pid>/environ`.
+    pub fn bridge_pids(&self) -> Vec<i32> {
+        let home = format!("RELAY_HOME={}", self.path().display());
+        let mut pids = Vec::new();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return pids;
+        };
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let bridge = argv.split(|b| *b == 0).nth(1) == Some(&b"bridge"[..]);
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            if bridge && environ.split(|b| *b == 0).any(|v| v == home.as_bytes()) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
+    /// Kills (SIGKILL) this home's bridges: every local connection to the daemon drops at once,
+    /// as a killed SSH connection would; the daemon and its shells stay. Returns how many.
+    pub fn kill_bridges(&self) -> usize {
+        let pids = self.bridge_pids();
+        for pid in &pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        pids.len()
     }
 
     /// Whether a daemon holds this home's `run/daemon.lock`.
@@ -372,3 +413,71 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 
 pub mod faults;
 pub mod fixture;
+
+/// Every state a [`Host`] went through, recorded by a background task (a watch channel alone
+/// would let a test miss short states such as `Unresponsive`).
+#[derive(Clone)]
+pub struct StateLog {
+    states: std::sync::Arc<std::sync::Mutex<Vec<HostState>>>,
+}
+
+impl StateLog {
+    /// Starts recording `host`'s states (the current one first).
+    pub fn record(host: &Host) -> StateLog {
+        let mut rx = host.state();
+        let states =
+            std::sync::Arc::new(std::sync::Mutex::new(vec![rx.borrow_and_update().clone()]));
+        let log = states.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let state = rx.borrow_and_update().clone();
+                log.lock().unwrap().push(state);
+            }
+        });
+        StateLog { states }
+    }
+
+    /// The states so far.
+    pub fn all(&self) -> Vec<HostState> {
+        self.states.lock().unwrap().clone()
+    }
+
+    /// How many recorded states match `pred`.
+    pub fn count(&self, pred: impl Fn(&HostState) -> bool) -> usize {
+        self.all().iter().filter(|s| pred(s)).count()
+    }
+
+    /// How many states were recorded so far (a mark for [`StateLog::wait_for`]).
+    pub fn len(&self) -> usize {
+        self.states.lock().unwrap().len()
+    }
+
+    /// Whether nothing was recorded (never: the first state is recorded at once).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Waits until a state matching `pred` was recorded at index `since` or later (returns it),
+    /// or fails after `within` with the states seen.
+    pub async fn wait_for(
+        &self,
+        since: usize,
+        what: &str,
+        within: Duration,
+        pred: impl Fn(&HostState) -> bool,
+    ) -> Result<HostState, String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(s) = self.all().into_iter().skip(since).find(|s| pred(s)) {
+                return Ok(s);
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "no {what} within {within:?}; states: {:?}",
+                    self.all()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -5,6 +5,8 @@
 //! Time bounds are generous liveness bounds, not performance measurements.
 
 // Topic modules live in `local/` (a crate root looks for modules next to itself).
+#[path = "local/host.rs"]
+mod host;
 #[path = "local/liveness.rs"]
 mod liveness;
 #[path = "local/messages.rs"]

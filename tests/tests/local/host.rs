@@ -1,0 +1,251 @@
+//! The host supervisor against a real agent over the local transport: connections killed under
+//! it, an agent that stops answering, an agent that restarted, a transport that can never work.
+//! The SSH versions of these faults (partitions, paused and restarted containers) are in
+//! `tests/tests/ssh/resilience.rs`.
+
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use relay_connector::{Error, Host, HostOptions, HostState, LocalConfig, LocalTransport};
+use relay_protocol::{EndReason, LeaseState};
+use relay_tests::{read_until, read_until_text, Collected, StateLog, TestHome, LIVENESS};
+
+use super::{sh, ECHO_LOOP};
+
+fn host(home: &TestHome) -> Host {
+    Host::open(home.transport(), HostOptions::new("relay-tests"))
+}
+
+/// The lines `line-N` in `text`, as numbers, in order.
+fn numbered(text: &str) -> Vec<u64> {
+    text.lines()
+        .filter_map(|l| l.trim_end().strip_prefix("line-")?.parse().ok())
+        .collect()
+}
+
+/// Rules A, B and E: killing the connection five times under a pane that prints all the time
+/// interrupts its stream, never ends it. Each time the host reconnects and re-attaches the same
+/// PTY from the first byte the pane had not seen: every line arrives once, in order, with no
+/// gap; the agent holds exactly the one PTY it had (nothing was created, nothing ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_a_killed_connections_resume_the_same_pty_with_every_byte_once() {
+    let home = TestHome::new();
+    let host = host(&home);
+    let states = StateLog::record(&host);
+    let ws = host.workspace("w");
+    let script = "i=0; while :; do echo line-$i; i=$((i+1)); sleep 0.005; done";
+    let (created, mut pane) = ws.open("busy", "0", sh(script)).await.unwrap();
+    let mut out = Collected::default();
+    for round in 1..=5 {
+        read_until(&mut pane, &mut out, LIVENESS, |c| {
+            c.text().len() > round * 2000
+        })
+        .await
+        .unwrap();
+        assert_eq!(home.kill_bridges(), 1, "one connection per host");
+        read_until(&mut pane, &mut out, LIVENESS, |c| c.resumed.len() == round)
+            .await
+            .unwrap();
+    }
+    let resumed_at = out.end;
+    read_until(&mut pane, &mut out, LIVENESS, |c| c.end > resumed_at + 2000)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupted.len(), 5, "{:?}", out.interrupted);
+    assert!(out.gaps.is_empty(), "nothing lost: {:?}", out.gaps);
+    let lines = numbered(&out.text());
+    let expected: Vec<u64> = (0..lines.len() as u64).collect();
+    assert_eq!(
+        lines, expected,
+        "each line once, in order, across five reconnects"
+    );
+    let leases = host.session().await.unwrap().list_leases().await.unwrap();
+    assert_eq!(leases.len(), 1, "nothing created: {leases:?}");
+    assert_eq!(leases[0].binding, created.binding, "the same PTY");
+    assert_eq!(leases[0].state, LeaseState::Attached);
+    assert!(
+        states.count(|s| matches!(s, HostState::Reconnecting { .. })) >= 5,
+        "each loss was visible: {:?}",
+        states.all()
+    );
+}
+
+/// Rules A, C and G: an agent that stops answering (SIGSTOP) is first reported unresponsive,
+/// then declared dead by the heartbeat; a line typed meanwhile waits, and after the agent
+/// continues it reaches the same shell exactly once, although the agent also finds it in the
+/// dead connection's buffer (input-seq drops the resend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_c_input_typed_while_the_agent_is_away_reaches_the_same_shell_once() {
+    let home = TestHome::new();
+    let host = host(&home);
+    let states = StateLog::record(&host);
+    let (created, mut pane) = host
+        .workspace("w")
+        .open("echo", "0", sh(ECHO_LOOP))
+        .await
+        .unwrap();
+    let mut out = Collected::default();
+    read_until_text(&mut pane, &mut out, "start").await.unwrap();
+    let input = host.input_writer(&created.binding);
+    let daemon = Pid::from_raw(home.daemon_pid().expect("the daemon runs"));
+    let mark = states.len();
+    kill(daemon, Signal::SIGSTOP).unwrap();
+    let stopped = scopeguard(daemon);
+    input.push(b"one\n".to_vec()).unwrap();
+    states
+        .wait_for(mark, "unresponsive", Duration::from_secs(6), |s| {
+            matches!(s, HostState::Unresponsive { .. })
+        })
+        .await
+        .unwrap();
+    let lost = states
+        .wait_for(mark, "reconnecting", Duration::from_secs(12), |s| {
+            matches!(s, HostState::Reconnecting { .. })
+        })
+        .await
+        .unwrap();
+    assert!(lost.to_string().contains("heartbeat"), "{lost}");
+    drop(stopped);
+    read_until_text(&mut pane, &mut out, "got:one")
+        .await
+        .unwrap();
+    input.push(b"two\n".to_vec()).unwrap();
+    read_until_text(&mut pane, &mut out, "got:two")
+        .await
+        .unwrap();
+    let text = out.text();
+    assert_eq!(text.matches("got:one").count(), 1, "exactly once: {text:?}");
+    assert!(!out.resumed.is_empty(), "re-attached, not re-created");
+    let leases = host.session().await.unwrap().list_leases().await.unwrap();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0].binding, created.binding);
+}
+
+/// Continues a stopped process when dropped (also when the test fails).
+struct Continue(Pid);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGCONT);
+    }
+}
+
+fn scopeguard(pid: Pid) -> Continue {
+    Continue(pid)
+}
+
+/// Rule B: when the agent restarted, the re-attach learns from the new agent's journal that the
+/// PTY ended with the old one, and the pane's stream ends with that proof. Nothing is created
+/// for the pane; the host is connected to the new incarnation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_b_after_an_agent_restart_the_pane_ends_with_proof_and_nothing_is_created() {
+    let home = TestHome::new();
+    let host = host(&home);
+    let (created, mut pane) = host
+        .workspace("w")
+        .open("gone", "0", sh(ECHO_LOOP))
+        .await
+        .unwrap();
+    let mut out = Collected::default();
+    read_until_text(&mut pane, &mut out, "start").await.unwrap();
+    let first = created.binding.pty.incarnation;
+    kill(Pid::from_raw(home.daemon_pid().unwrap()), Signal::SIGTERM).unwrap();
+    // The daemon closes its connections before it ends its PTYs, so the pane learns of the
+    // end only from the new agent.
+    read_until(&mut pane, &mut out, LIVENESS, |c| c.ended.is_some())
+        .await
+        .unwrap();
+    assert_eq!(out.ended, Some((EndReason::AgentRestarted, None)));
+    assert_eq!(out.exit, None);
+    assert_eq!(out.interrupted.len(), 1, "{:?}", out.interrupted);
+    assert!(
+        pane.next().await.is_none(),
+        "the stream ends after the proof"
+    );
+    let session = host.session().await.unwrap();
+    assert_ne!(session.welcome().incarnation, first, "a new agent");
+    let leases = session.list_leases().await.unwrap();
+    assert!(
+        leases.iter().all(|l| l.state == LeaseState::Ended),
+        "no shell was created for the pane: {leases:?}"
+    );
+    assert!(matches!(
+        &*host.state().borrow(),
+        HostState::Connected { incarnation, .. } if *incarnation != first
+    ));
+}
+
+/// Rule G, the other side: what a retry cannot fix (here: no agent binary) puts the host in
+/// `Failed` at once, with the fix in the error, instead of retrying forever; `retry_now` tries
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_is_failed_with_the_fix_and_retry_now_tries_again() {
+    let home = TestHome::new();
+    let transport = LocalTransport::with_config(LocalConfig {
+        agent_bin: Some(home.path().join("no-such-agent")),
+        relay_home: Some(home.path().to_path_buf()),
+        ..LocalConfig::default()
+    });
+    let host = Host::open(transport, HostOptions::new("relay-tests"));
+    let states = StateLog::record(&host);
+    let failed = states
+        .wait_for(0, "failed", LIVENESS, |s| {
+            matches!(s, HostState::Failed { .. })
+        })
+        .await
+        .unwrap();
+    let HostState::Failed { error } = failed else {
+        unreachable!()
+    };
+    assert!(matches!(*error, Error::NoAgentBinary(_)), "{error}");
+    assert!(error.to_string().contains("no-such-agent"), "{error}");
+    assert_eq!(
+        states.count(|s| matches!(s, HostState::Reconnecting { .. })),
+        0,
+        "no retries of what cannot work"
+    );
+    let err = host.session().await.unwrap_err();
+    assert!(matches!(err, Error::HostDown(_)), "{err}");
+    // Another attempt (Connecting, then Failed again; the log may see only the latter).
+    let mark = states.len();
+    host.retry_now();
+    states
+        .wait_for(mark, "another attempt", LIVENESS, |s| {
+            matches!(s, HostState::Connecting { .. } | HostState::Failed { .. })
+        })
+        .await
+        .unwrap();
+}
+
+/// The first number that follows `prefix` in `text` (e.g. a pid printed as `pid-1234`).
+fn number_after(text: &str, prefix: &str) -> Option<u32> {
+    text.match_indices(prefix).find_map(|(i, _)| {
+        let digits: String = text[i + prefix.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    })
+}
+
+/// `relay shell` on a real terminal: when its connection is killed it says so on the status
+/// line and comes back by itself; the same shell (same pid) takes the next command, and the
+/// agent still holds exactly one PTY.
+#[test]
+fn relay_shell_comes_back_to_the_same_shell_after_its_connection_is_killed() {
+    let home = TestHome::new();
+    let mut run = super::PtyRun::spawn(&home, &["shell", "--local", "--pane", "back"]);
+    run.type_text("echo pid-$((0+$$))\r");
+    run.wait_for("pid-");
+    let pid = relay_tests::eventually("the shell's pid", || number_after(&run.screen(), "pid-"));
+    assert_eq!(home.kill_bridges(), 1);
+    run.wait_for("[relay: connection lost");
+    run.type_text("echo again-$((0+$$))\r");
+    run.wait_for(&format!("again-{pid}"));
+    let leases = home.leases_json();
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0]["pid"].as_u64(), Some(u64::from(pid)));
+    run.type_text("exit 4\r");
+    assert_eq!(run.exit_within(LIVENESS), Some(4), "{}", run.screen());
+}
