@@ -62,3 +62,42 @@ fn a_restarted_agent_is_reported_as_the_shells_end_after_reconnecting() {
         "{stderr}"
     );
 }
+
+/// `relayctl stop` (the README's way to stop the agent, no `jq` needed) refuses while shells run,
+/// and with `--yes` stops the daemon, whose shells are then reported `agent restarted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayctl_stop_refuses_while_shells_run_and_stops_with_yes() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let (created, _handle) = session
+        .open(PaneKey::new("w", "live", "0"), sh("sleep 1000"), Some(0))
+        .await
+        .unwrap();
+    drop(session);
+    let pid = home.daemon_pid().expect("the daemon runs");
+    let out = home.relayctl(&["stop"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 shell(s) are running") && stderr.contains("--yes"),
+        "{stderr}"
+    );
+    assert!(home.daemon_running(), "refused: still running");
+    let out = home.relayctl(&["stop", "--yes"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("stopped relay-agent (pid {pid})")
+    );
+    assert!(!home.daemon_running());
+    let leases = home.leases_json();
+    let lease = leases
+        .iter()
+        .find(|l| l["pty"] == created.binding.pty.to_string())
+        .expect("the lease is remembered");
+    assert_eq!(lease["reason"], "agent_restarted", "{lease}");
+}

@@ -56,6 +56,26 @@ pub async fn run(cli: &Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot kill {binding}"))?;
             writeln!(out, "killed {binding}")?;
         }
+        Command::Stop { yes } => {
+            let Destination::Local = destination else {
+                anyhow::bail!(
+                    "relayctl stop stops the agent on this machine only; to stop the one on \
+                     {destination}, run `relayctl --ssh {destination} status` for its pid and \
+                     `ssh {destination} kill PID`"
+                );
+            };
+            let status = session.status().await?;
+            let live = status.leases.attached + status.leases.detached;
+            if live > 0 && !yes {
+                anyhow::bail!(
+                    "{live} shell(s) are running and would end with the agent; pass --yes to stop \
+                     it anyway (`relayctl leases` lists them)"
+                );
+            }
+            drop(session);
+            stop_daemon(status.pid).await?;
+            writeln!(out, "stopped relay-agent (pid {})", status.pid)?;
+        }
         Command::Protect { pane, pty, off } => {
             let binding = parse_binding(pane, pty)?;
             session
@@ -65,6 +85,22 @@ pub async fn run(cli: &Cli) -> anyhow::Result<()> {
             let what = if *off { "unprotected" } else { "protected" };
             writeln!(out, "{what} {binding}")?;
         }
+    }
+    Ok(())
+}
+
+/// Sends SIGTERM to the daemon `pid` and waits (at most 10 s) until it is gone.
+async fn stop_daemon(pid: u32) -> anyhow::Result<()> {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let pid = Pid::from_raw(i32::try_from(pid).context("the agent reported a bad pid")?);
+    kill(pid, Signal::SIGTERM).with_context(|| format!("cannot signal the agent (pid {pid})"))?;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while kill(pid, None).is_ok() {
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("the agent (pid {pid}) is still running 10 s after SIGTERM");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     Ok(())
 }

@@ -58,6 +58,13 @@ pub enum Command {
         #[arg(long)]
         pty: String,
     },
+    /// Stop the agent daemon on this machine (SIGTERM). It ends every shell it keeps; they are
+    /// reported `agent restarted` afterwards. Refuses while shells run unless --yes is given.
+    Stop {
+        /// Stop even though shells are running (they end with the agent).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Exempt a shell from lifecycle expiry (or take the exemption back with --off).
     Protect {
         /// Pane key as `workspace/tab/leaf`.
