@@ -330,7 +330,8 @@ impl Collected {
         String::from_utf8_lossy(&self.data).into_owned()
     }
 
-    fn apply(&mut self, ev: PaneEvent) -> Result<(), String> {
+    /// Records one event; an error for output out of order or an event that should not come.
+    pub fn apply(&mut self, ev: PaneEvent) -> Result<(), String> {
         match ev {
             PaneEvent::Output { offset, data } => {
                 match self.start {
@@ -413,6 +414,7 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 
 pub mod faults;
 pub mod fixture;
+pub mod pty_run;
 
 /// Every state a [`Host`] went through, recorded by a background task (a watch channel alone
 /// would let a test miss short states such as `Unresponsive`).

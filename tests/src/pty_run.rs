@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use relay_tests::{bins, eventually, TestHome};
+use crate::{bins, eventually, TestHome};
 
 /// `relay` running in a real pseudo-terminal, with everything it prints collected.
 pub struct PtyRun {
@@ -19,6 +19,11 @@ pub struct PtyRun {
 impl PtyRun {
     /// Starts `relay ARGS` on a fresh 100x24 pseudo-terminal, in `home`.
     pub fn spawn(home: &TestHome, args: &[&str]) -> PtyRun {
+        Self::spawn_with(home, args, &[])
+    }
+
+    /// Starts `relay ARGS` like [`PtyRun::spawn`], with extra environment variables.
+    pub fn spawn_with(home: &TestHome, args: &[&str], env: &[(&str, &str)]) -> PtyRun {
         use portable_pty::{native_pty_system, CommandBuilder, PtySize};
         let pair = native_pty_system()
             .openpty(PtySize {
@@ -33,6 +38,9 @@ impl PtyRun {
         cmd.cwd(home.path());
         cmd.env("TERM", "xterm");
         home.apply_env(|k, v| cmd.env(k, v));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let child = pair.slave.spawn_command(cmd).unwrap();
         drop(pair.slave);
         let reader = pair.master.try_clone_reader().unwrap();

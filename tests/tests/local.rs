@@ -13,8 +13,6 @@ mod liveness;
 mod messages;
 #[path = "local/piped_run.rs"]
 mod piped_run;
-#[path = "local/pty_run.rs"]
-mod pty_run;
 
 use std::io::Write;
 use std::path::Path;
@@ -24,7 +22,7 @@ use relay_connector::{Error, PaneEvent, Session};
 use relay_protocol::{ErrorReply, PaneKey, SpawnSpec};
 use relay_tests::{bins, eventually, read_until, read_until_text, Collected, TestHome, LIVENESS};
 
-use pty_run::PtyRun;
+use relay_tests::pty_run::PtyRun;
 
 fn sh(script: &str) -> SpawnSpec {
     SpawnSpec {

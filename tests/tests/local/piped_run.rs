@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use relay_tests::{bins, eventually, TestHome};
 
-use super::pty_run::{await_end_of_output, collect};
+use relay_tests::pty_run::{await_end_of_output, collect};
 
 /// A running `relay` whose output is collected by background threads.
 pub struct PipedRun {

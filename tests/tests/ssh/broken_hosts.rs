@@ -68,9 +68,11 @@ async fn host_without_a_sha256_tool_is_refused_before_uploading() {
     let err = Session::connect(&SshTransport::new(opts), "ssh-tests")
         .await
         .unwrap_err();
-    let Error::Deploy(msg) = &err else {
-        panic!("expected a deploy error, got {err:?}");
+    // A retry cannot fix it: a host supervisor goes to Failed instead of retrying forever.
+    let Error::AgentCannotRun(msg) = &err else {
+        panic!("expected a permanent agent-cannot-run error, got {err:?}");
     };
+    assert!(!err.is_transient());
     assert!(msg.contains("neither sha256sum nor shasum"), "{msg}");
     assert!(msg.contains("coreutils"), "{msg}");
     assert_eq!(uploads.load(Ordering::SeqCst), 0, "it uploaded anyway");
