@@ -6,6 +6,7 @@
 //! cargo bench -p relay-tests --bench relay_bench            # local figures
 //! cargo bench -p relay-tests --bench relay_bench -- --ssh   # also SSH figures (needs Docker and
 //!                                                           # deploy/fixtures/build-images.sh)
+//! cargo bench -p relay-tests --bench relay_bench -- --resilience   # reconnect figures (Docker, root)
 //! ```
 //!
 //! Figures are printed as a Markdown table to paste into `docs/performance.md`. This is not a test:
@@ -18,6 +19,9 @@ use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 use relay_connector::{PaneEvent, PaneHandle, Session, Transport};
 use relay_protocol::{PaneKey, SpawnSpec};
 use relay_tests::TestHome;
+
+mod resilience;
+mod ssh;
 
 /// The throughput workload of the issue: about 20.9 MB of text.
 const SEQ: [&str; 3] = ["seq", "1", "3000000"];
@@ -36,6 +40,9 @@ async fn main() -> anyhow::Result<()> {
 
     if args.iter().any(|a| a == "--ssh") {
         ssh::run(&mut rows).await?;
+    }
+    if args.iter().any(|a| a == "--resilience") {
+        resilience::run(&mut rows).await?;
     }
 
     println!("\n| measurement | relay (median) | baseline (median) | baseline |");
@@ -191,73 +198,4 @@ fn row(what: &str, relay: &[Duration], base: &[Duration], base_name: &str) -> Ro
 fn rate_row(what: &str, relay: &[f64], base: &[f64], base_name: &str) -> Row {
     let fmt = |v: &[f64]| format!("{:.1} MB/s", median(v.to_vec()) / 1e6);
     (what.into(), fmt(relay), fmt(base), base_name.into())
-}
-
-mod ssh {
-    //! SSH figures against a fixture container: deploy to a fresh host, re-connect when
-    //! deployed, and throughput next to plain `ssh` on the same container.
-
-    use super::*;
-    use relay_tests::fixture::SshHost;
-
-    pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
-        let host = SshHost::start().await?;
-        let transport = host.transport(&relay_tests::bins().agent)?;
-
-        let t = Instant::now();
-        let session = Session::connect(&transport, "relay-bench").await?;
-        let deploy = t.elapsed();
-        drop(session);
-        rows.push(row(
-            "ssh first connect incl. deploy to a fresh host",
-            &[deploy],
-            &[],
-            "—",
-        ));
-
-        let mut reconnect = Vec::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            let s = Session::connect(&transport, "relay-bench").await?;
-            s.ping().await?;
-            reconnect.push(t.elapsed());
-        }
-        let mut plain_connect = Vec::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            let out = host.plain_ssh(&["true"]).output()?;
-            anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
-            plain_connect.push(t.elapsed());
-        }
-        rows.push(row(
-            "ssh re-connect (already deployed) → agent answers",
-            &reconnect,
-            &plain_connect,
-            "`ssh host true`",
-        ));
-
-        let session = Session::connect(&transport, "relay-bench").await?;
-        let mut relay_rate = Vec::new();
-        let mut plain_rate = Vec::new();
-        for i in 0..THROUGHPUT_RUNS {
-            let pane = PaneKey::new("bench", "ssh-seq", i.to_string());
-            let t = Instant::now();
-            let mut handle = open(&session, pane, &SEQ).await?;
-            let bytes = read_to(&mut handle, |_, exited| exited).await?;
-            relay_rate.push(rate(bytes, t.elapsed()));
-
-            let t = Instant::now();
-            let out = host.plain_ssh(&["-tt", "seq", "1", "3000000"]).output()?;
-            anyhow::ensure!(out.status.success(), "plain ssh failed");
-            plain_rate.push(rate(out.stdout.len() as u64, t.elapsed()));
-        }
-        rows.push(rate_row(
-            "ssh `seq 1 3000000` throughput",
-            &relay_rate,
-            &plain_rate,
-            "`ssh -tt host seq 1 3000000`",
-        ));
-        let _ = transport.describe();
-        Ok(())
-    }
 }

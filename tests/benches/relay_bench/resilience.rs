@@ -1,0 +1,360 @@
+//! Reconnect figures (issue 6) against fixture containers, each next to what plain OpenSSH does
+//! in the same run where OpenSSH has an equivalent: dead-link detection after a silent partition,
+//! network restored → first new output, re-attach of 10 and 100 panes after a reconnect, and
+//! keystroke echo idle, next to a flooding neighbour and next to an unread one.
+//!
+//! Needs Docker and root (a silent partition drops packets in the container's network
+//! namespace with `nsenter` + `iptables`).
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use relay_connector::ssh::SshTransport;
+use relay_connector::{Host, HostOptions, HostState, InputWriter};
+use relay_tests::fixture::SshHost;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::*;
+
+const RUNS: usize = 3;
+const ECHO_SAMPLES: usize = 300;
+
+pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let ssh = SshHost::start().await?;
+    detection(&ssh, rows).await?;
+    restore(&ssh, rows).await?;
+    for n in [10, 100] {
+        reattach(n, rows).await?;
+    }
+    echo(rows).await?;
+    Ok(())
+}
+
+/// A supervised host on `ssh` with default settings (SSH ConnectTimeout 5 s).
+fn host(ssh: &SshHost) -> anyhow::Result<Host> {
+    ssh.write_known_hosts()?;
+    let mut opts = ssh.options(&relay_tests::bins().agent)?;
+    opts.connect_timeout = Some(Duration::from_secs(5));
+    Ok(Host::open(
+        SshTransport::new(opts),
+        HostOptions::new("relay-bench"),
+    ))
+}
+
+/// Waits until the host's state satisfies `pred`.
+async fn until(host: &Host, pred: impl Fn(&HostState) -> bool) -> anyhow::Result<()> {
+    let mut rx = host.state();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        loop {
+            if pred(&rx.borrow_and_update()) {
+                return Ok(());
+            }
+            rx.changed().await?;
+        }
+    })
+    .await?
+}
+
+fn connected(s: &HostState) -> bool {
+    matches!(s, HostState::Connected { .. })
+}
+
+fn reconnecting(s: &HostState) -> bool {
+    matches!(s, HostState::Reconnecting { .. })
+}
+
+/// Silent partition → the link is declared dead. Baseline: OpenSSH with keepalives of the same
+/// aggressiveness (`ServerAliveInterval=2`, `ServerAliveCountMax=3`) running `sleep`, until it
+/// exits.
+async fn detection(ssh: &SshHost, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let host = host(ssh)?;
+    let (_c, _idle) = host
+        .workspace("bench")
+        .open("idle", "0", sh("exec sleep 100000"))
+        .await?;
+    let mut relay = Vec::new();
+    for _ in 0..RUNS {
+        until(&host, connected).await?;
+        let t = Instant::now();
+        ssh.partition().await?;
+        until(&host, reconnecting).await?;
+        relay.push(t.elapsed());
+        ssh.heal().await?;
+        host.retry_now();
+    }
+    let mut plain = Vec::new();
+    for _ in 0..RUNS {
+        let mut child = tokio::process::Command::from(ssh.plain_ssh(&[
+            "-o",
+            "ServerAliveInterval=2",
+            "-o",
+            "ServerAliveCountMax=3",
+            "sleep",
+            "1000",
+        ]))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let t = Instant::now();
+        ssh.partition().await?;
+        child.wait().await?;
+        plain.push(t.elapsed());
+        ssh.heal().await?;
+    }
+    rows.push(row(
+        "dead link detected after a silent partition",
+        &relay,
+        &plain,
+        "`ssh -o ServerAliveInterval=2 -o ServerAliveCountMax=3` exits",
+    ));
+    Ok(())
+}
+
+/// A pane printing every 100 ms; a 15 s silent partition; from `heal` to the first output the
+/// pane delivers afterwards (the host reconnects on its own schedule: no `retry_now`). Plain
+/// ssh does not come back.
+async fn restore(ssh: &SshHost, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let host = host(ssh)?;
+    let (_c, mut pane) = host
+        .workspace("bench")
+        .open("ticks", "0", sh("while :; do echo tick; sleep 0.1; done"))
+        .await?;
+    let mut relay = Vec::new();
+    for _ in 0..RUNS {
+        until(&host, connected).await?;
+        ssh.partition().await?;
+        until(&host, reconnecting).await?;
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        // Drop what arrived before the partition.
+        while tokio::time::timeout(Duration::from_millis(1), pane.next())
+            .await
+            .is_ok()
+        {}
+        ssh.heal().await?;
+        let t = Instant::now();
+        let mut resumed = false;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(120), pane.next()).await? {
+                Some(PaneEvent::Resumed { .. }) => resumed = true,
+                Some(PaneEvent::Output { .. }) if resumed => break,
+                Some(_) => {}
+                None => anyhow::bail!("pane stream ended"),
+            }
+        }
+        relay.push(t.elapsed());
+    }
+    rows.push(row(
+        "network restored → first new output (automatic reconnect)",
+        &relay,
+        &[],
+        "plain ssh does not come back",
+    ));
+    Ok(())
+}
+
+/// `n` panes attached; the host kills the SSH connection; until every pane has resumed.
+/// Baseline: a fresh `ssh host true`.
+async fn reattach(n: usize, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let ssh = SshHost::start().await?;
+    let host = host(&ssh)?;
+    let resumed = Arc::new(AtomicUsize::new(0));
+    let mut readers = Vec::new();
+    for i in 0..n {
+        let (_c, mut pane) = host
+            .workspace("bench")
+            .open("many", &i.to_string(), sh("exec sleep 100000"))
+            .await?;
+        let resumed = resumed.clone();
+        readers.push(tokio::spawn(async move {
+            while let Some(ev) = pane.next().await {
+                if matches!(ev, PaneEvent::Resumed { .. }) {
+                    resumed.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }));
+    }
+    let mut relay = Vec::new();
+    for round in 1..=RUNS {
+        until(&host, connected).await?;
+        let t = Instant::now();
+        ssh.kill_ssh_connections().await?;
+        tokio::time::timeout(Duration::from_secs(120), async {
+            while resumed.load(Ordering::SeqCst) < n * round {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await?;
+        relay.push(t.elapsed());
+    }
+    let mut plain = Vec::new();
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        let out = ssh.plain_ssh(&["true"]).output()?;
+        anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
+        plain.push(t.elapsed());
+    }
+    rows.push(row(
+        &format!("killed connection → {n} panes re-attached"),
+        &relay,
+        &plain,
+        "`ssh host true` (a fresh connect)",
+    ));
+    for r in readers {
+        r.abort();
+    }
+    Ok(())
+}
+
+/// A raw, echo-less `cat`: one byte in, the same byte out.
+struct Echo {
+    pane: PaneHandle,
+    input: InputWriter,
+}
+
+impl Echo {
+    async fn samples(&mut self, n: usize) -> anyhow::Result<Vec<Duration>> {
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let byte = b'a' + (i % 26) as u8;
+            let t = Instant::now();
+            self.input.push(vec![byte])?;
+            loop {
+                match tokio::time::timeout(Duration::from_secs(30), self.pane.next()).await? {
+                    Some(PaneEvent::Output { data, .. }) if data.contains(&byte) => break,
+                    Some(_) => {}
+                    None => anyhow::bail!("echo pane ended"),
+                }
+            }
+            out.push(t.elapsed());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(out)
+    }
+}
+
+const RAW_CAT: &str = "stty raw -echo; echo ready; exec cat";
+
+/// Echo round trip, p50 and p99: idle; next to a pane flooding with `yes` whose output is read
+/// as fast as it comes; next to one whose output nobody reads. Baseline: `ssh -tt host` running
+/// the same raw `cat`, idle.
+async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let ssh = SshHost::start().await?;
+    let host = host(&ssh)?;
+    let (c, mut pane) = host
+        .workspace("quiet")
+        .open("echo", "0", sh(RAW_CAT))
+        .await?;
+    read_to(&mut pane, |text, _| text.contains("ready")).await?;
+    let mut echo = Echo {
+        input: host.input_writer(&c.binding),
+        pane,
+    };
+    echo.samples(20).await?;
+    let idle = echo.samples(ECHO_SAMPLES).await?;
+
+    let plain = plain_echo(&ssh).await?;
+    rows.push(pct_row(
+        "ssh echo round trip, idle",
+        &idle,
+        &plain,
+        "`ssh -tt host` raw cat, idle",
+    ));
+
+    let (_c, mut flood) = host
+        .workspace("flood")
+        .open("yes", "0", sh("exec yes flood-flood-flood"))
+        .await?;
+    let drain = tokio::spawn(async move { while flood.next().await.is_some() {} });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let flooding = echo.samples(ECHO_SAMPLES).await?;
+    drain.abort();
+    rows.push(pct_row(
+        "ssh echo next to a `yes` pane read as fast as it comes",
+        &flooding,
+        &idle,
+        "relay idle (above)",
+    ));
+
+    let (c, stalled) = host
+        .workspace("stalled")
+        .open("yes", "0", sh("exec yes stalled-stalled"))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let unread = echo.samples(ECHO_SAMPLES).await?;
+    rows.push(pct_row(
+        "ssh echo next to a `yes` pane nobody reads",
+        &unread,
+        &idle,
+        "relay idle (above)",
+    ));
+    drop(stalled);
+    let _ = host.session().await?.kill(&c.binding).await;
+    Ok(())
+}
+
+/// Plain OpenSSH: `ssh -tt host 'stty raw -echo; cat'`, a byte in, the byte out.
+async fn plain_echo(ssh: &SshHost) -> anyhow::Result<Vec<Duration>> {
+    let mut child = tokio::process::Command::from(ssh.plain_ssh(&["-tt", RAW_CAT]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("ready") {
+        let n = stdout.read(&mut buf).await?;
+        anyhow::ensure!(n > 0, "ssh ended");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let mut out = Vec::with_capacity(ECHO_SAMPLES);
+    for i in 0..ECHO_SAMPLES + 20 {
+        let byte = b'a' + (i % 26) as u8;
+        let t = Instant::now();
+        stdin.write_all(&[byte]).await?;
+        stdin.flush().await?;
+        loop {
+            let n = stdout.read(&mut buf).await?;
+            anyhow::ensure!(n > 0, "ssh ended");
+            if buf[..n].contains(&byte) {
+                break;
+            }
+        }
+        if i >= 20 {
+            out.push(t.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = child.kill().await;
+    Ok(out)
+}
+
+/// `p50 / p99` of `d`.
+fn pct(d: &[Duration]) -> String {
+    if d.is_empty() {
+        return "—".into();
+    }
+    let mut v: Vec<f64> = d.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    format!("{:.2} / {:.2} ms", at(0.5), at(0.99))
+}
+
+fn pct_row(what: &str, relay: &[Duration], base: &[Duration], base_name: &str) -> Row {
+    (
+        format!("{what} (p50 / p99)"),
+        pct(relay),
+        pct(base),
+        base_name.into(),
+    )
+}
+
+fn sh(script: &str) -> SpawnSpec {
+    SpawnSpec {
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        ..SpawnSpec::default()
+    }
+}
