@@ -213,8 +213,9 @@ impl Host {
         self.inner.reattach.notify_one();
     }
 
-    /// Stops the supervisor and closes the connection. Pane streams end; nothing on the host
-    /// ends (its PTYs keep running, detached).
+    /// Stops the supervisor and closes the connection. Pane streams end with
+    /// [`PaneEvent::Disconnected`](crate::PaneEvent::Disconnected); nothing on the host ends (its
+    /// PTYs keep running, detached).
     pub fn close(&self) {
         self.inner.shutdown.cancel();
     }

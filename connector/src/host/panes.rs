@@ -161,6 +161,20 @@ impl Registry {
         }
     }
 
+    /// The host is closed for good: every pane's stream ends with
+    /// [`PaneEvent::Disconnected`] (nothing on the host ends).
+    pub(crate) fn close(&mut self, reason: &str) {
+        self.live = None;
+        for (_, slot) in self.slots.drain() {
+            slot.finish(
+                PaneEvent::Disconnected {
+                    reason: reason.to_string(),
+                },
+                reason.to_string(),
+            );
+        }
+    }
+
     /// Adds a slot attached on `slot`'s connection. A slot of the same PTY is taken over (its
     /// stream ends). Returns whether the slot must be re-attached because its connection
     /// already ended.

@@ -87,7 +87,7 @@ pub(crate) async fn run(inner: Arc<HostInner>) {
             () = inner.shutdown.cancelled() => break,
         }
     }
-    inner.registry().lost("the host was closed");
+    inner.registry().close("the host was closed");
     inner.set_state(HostState::Closed);
 }
 

@@ -75,8 +75,8 @@ pub enum PaneEvent {
         /// Output end offset at exit; `(pty, event_key)` identifies this exit across replays.
         event_key: u64,
     },
-    /// The connection of a [`Session`](crate::Session) was lost; the stream ends after this
-    /// event. The PTY is most likely still running (rule A): reconnect and attach with `expect`
+    /// The connection of a [`Session`](crate::Session) was lost (or its [`Host`](crate::Host)
+    /// was closed); the stream ends after this event. The PTY is most likely still running (rule A): reconnect and attach with `expect`
     /// set to this binding's PTY and `resume_from` set to [`PaneHandle::next_offset`] — or use a
     /// [`Host`](crate::Host), which does that by itself.
     Disconnected {

@@ -249,3 +249,48 @@ fn relay_shell_comes_back_to_the_same_shell_after_its_connection_is_killed() {
     run.type_text("exit 4\r");
     assert_eq!(run.exit_within(LIVENESS), Some(4), "{}", run.screen());
 }
+
+/// Rule A on the app's side: closing the host ends its pane streams (`Disconnected`, then the
+/// end), the supervisor stops (`Closed`), and the shell keeps running on the agent, detached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_host_ends_its_streams_and_leaves_the_shell_running() {
+    let home = TestHome::new();
+    let host = host(&home);
+    let states = StateLog::record(&host);
+    let (created, mut pane) = host
+        .workspace("w")
+        .open("kept", "0", sh(ECHO_LOOP))
+        .await
+        .unwrap();
+    read_until_text(&mut pane, &mut Collected::default(), "start")
+        .await
+        .unwrap();
+    host.close();
+    let last = tokio::time::timeout(LIVENESS, async {
+        let mut last = None;
+        while let Some(ev) = pane.next().await {
+            last = Some(ev);
+        }
+        last
+    })
+    .await
+    .expect("the stream ends");
+    assert!(
+        matches!(&last, Some(relay_connector::PaneEvent::Disconnected { reason }) if reason.contains("closed")),
+        "{last:?}"
+    );
+    states
+        .wait_for(0, "closed", LIVENESS, |s| matches!(s, HostState::Closed))
+        .await
+        .unwrap();
+    let lease = home
+        .session()
+        .await
+        .list_leases()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|l| l.binding == created.binding)
+        .unwrap();
+    assert_eq!(lease.state, LeaseState::Detached, "the shell runs on");
+}

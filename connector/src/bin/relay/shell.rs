@@ -414,7 +414,11 @@ async fn pump(
                 }
             },
             () = input.make_room(), if !input.accepting() => {}
-            err = failures.next() => return Err(input_failure(err)),
+            err = failures.next() => match err {
+                // The pane's stream says why (ended while away, another shell now).
+                relay_connector::Error::PaneGone(_) => {}
+                err => return Err(input_failure(err)),
+            },
             err = stops.recv() => return Err(err),
             _ = winch.recv() => {
                 if let Some(size) = terminal::size() {
