@@ -101,3 +101,81 @@ async fn relayctl_stop_refuses_while_shells_run_and_stops_with_yes() {
         .expect("the lease is remembered");
     assert_eq!(lease["reason"], "agent_restarted", "{lease}");
 }
+
+/// `relay shell` finds that the pane's previous shell ended (here: the agent restarted) and says
+/// so before it starts a new one, instead of silently giving a fresh shell.
+#[test]
+fn relay_shell_says_when_the_previous_shell_ended_before_starting_a_new_one() {
+    let home = TestHome::new();
+    let mut first = PipedRun::spawn(&home, &["shell", "--local", "--pane", "again"]);
+    first.send("echo one-$((1+1))\n");
+    first.wait_for_stdout("one-2");
+    let pid = home.daemon_pid().expect("the daemon runs");
+    kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+    assert_eq!(
+        first.exit_within(LIVENESS).and_then(|s| s.code()),
+        Some(255)
+    );
+    let mut second = PipedRun::spawn(&home, &["shell", "--local", "--pane", "again"]);
+    second.send("echo two-$((1+2)); exit 6\n");
+    assert_eq!(second.exit_within(LIVENESS).and_then(|s| s.code()), Some(6));
+    let stderr = second.stderr();
+    assert!(
+        stderr.contains("[the previous shell of pane default/again/0 ended: agent restarted")
+            && stderr.contains("s ago; starting a new shell]"),
+        "{stderr}"
+    );
+    assert!(second.stdout().contains("two-3"));
+}
+
+/// `relay shell -- CMD` runs CMD in a pane of its own (never in the `main` shell) and exits with
+/// its status, like `ssh -t host CMD`.
+#[test]
+fn relay_shell_runs_a_command_in_its_own_pane_with_its_exit_status() {
+    let home = TestHome::new();
+    let out = home
+        .command(&bins().relay)
+        .args([
+            "shell",
+            "--local",
+            "--",
+            "sh",
+            "-c",
+            "echo ran-$((6*7)); exit 7",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ran-42"));
+    let leases = home.leases_json();
+    assert_eq!(leases.len(), 1);
+    let tab = leases[0]["pane"]["tab"].as_str().unwrap();
+    assert!(tab.starts_with("run-"), "a pane of its own: {tab}");
+}
+
+/// Exit status 255 when relay cannot reach the host at all, as ssh does; the message names the
+/// destination and the cause.
+#[test]
+fn relay_exits_255_when_it_cannot_connect() {
+    let home = TestHome::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = home
+        .command(&bins().relay)
+        .args(["shell", &format!("nobody@127.0.0.1:{port}")])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(255), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot reach the relay agent (nobody@127.0.0.1:{port})"
+        )),
+        "{stderr}"
+    );
+}
