@@ -63,6 +63,20 @@ pub fn bins() -> &'static Bins {
     })
 }
 
+/// A private copy of this build's agent binary, so that a rebuild during the test run cannot
+/// change what is deployed between two connects of one test.
+pub fn agent_copy() -> &'static Path {
+    static COPY: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    &COPY
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().expect("a temp dir for the agent copy");
+            let path = dir.path().join("relay-agent");
+            std::fs::copy(&bins().agent, &path).expect("copying the agent binary");
+            (dir, path)
+        })
+        .1
+}
+
 /// A private `RELAY_HOME`; stops its daemon on drop.
 pub struct TestHome {
     dir: tempfile::TempDir,

@@ -3,10 +3,10 @@
 //!
 //! ```text
 //! cargo build --release --workspace --bins
-//! cargo bench -p relay-tests --bench relay_bench            # local figures
-//! cargo bench -p relay-tests --bench relay_bench -- --ssh   # also SSH figures (needs Docker and
-//!                                                           # deploy/fixtures/build-images.sh)
-//! cargo bench -p relay-tests --bench relay_bench -- --resilience   # reconnect figures (Docker, root)
+//! cargo bench -p relay-tests --bench relay_bench                      # local figures
+//! cargo bench -p relay-tests --bench relay_bench -- --local --ssh      # and SSH figures (Docker)
+//! cargo bench -p relay-tests --bench relay_bench -- --resilience       # reconnect figures only
+//!                                                                      # (Docker and root)
 //! ```
 //!
 //! Figures are printed as a Markdown table to paste into `docs/performance.md`. This is not a test:
@@ -33,15 +33,19 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let mut rows = Vec::new();
 
-    let home = TestHome::new();
-    let session = home.session().await;
-    local(&session, &mut rows).await?;
-    drop(session);
+    let group = |g: &str| args.iter().any(|a| a == g);
+    // Local figures unless only other groups were asked for.
+    if group("--local") || !(group("--ssh") || group("--resilience")) {
+        let home = TestHome::new();
+        let session = home.session().await;
+        local(&session, &mut rows).await?;
+        drop(session);
+    }
 
-    if args.iter().any(|a| a == "--ssh") {
+    if group("--ssh") {
         ssh::run(&mut rows).await?;
     }
-    if args.iter().any(|a| a == "--resilience") {
+    if group("--resilience") {
         resilience::run(&mut rows).await?;
     }
 

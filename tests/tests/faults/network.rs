@@ -25,10 +25,7 @@ fn is_connected(s: &HostState) -> bool {
 /// own scenario.
 pub async fn rule_a_100_killed_connections_keep_exactly_the_same_three_shells() {
     let rig = Rig::start(|o| o.backoff.stable_after = Duration::ZERO).await;
-    let mut panes = Vec::new();
-    for i in 0..3 {
-        panes.push(rig.pane("kill", &format!("p{i}"), ECHO_LOOP, "start").await);
-    }
+    let panes = rig.echo_panes("kill", 3).await;
     let shells = rig.shells().await;
     assert_eq!(shells.len(), 3, "{shells:?}");
     for cycle in 1..=100 {
@@ -132,10 +129,7 @@ pub async fn rule_a_a_45s_silent_partition_is_detected_and_healed_without_silent
 /// after `docker unpause` the panes continue without any call from the test.
 pub async fn rule_a_a_host_frozen_for_30s_continues_and_nothing_ended() {
     let rig = Rig::start(|_| {}).await;
-    let panes = [
-        rig.pane("pause", "a", ECHO_LOOP, "start").await,
-        rig.pane("pause", "b", ECHO_LOOP, "start").await,
-    ];
+    let panes = rig.echo_panes("pause", 2).await;
     let shells = rig.shells().await;
     let mark = rig.states.len();
     rig.ssh.pause().await.unwrap();
@@ -162,11 +156,7 @@ pub async fn rule_a_a_host_frozen_for_30s_continues_and_nothing_ended() {
 /// nothing (zero shells on the host afterwards), and the host is connected to the new agent.
 pub async fn rule_b_a_restarted_host_ends_every_pane_with_proof_and_creates_no_shell() {
     let rig = Rig::start(|_| {}).await;
-    let panes = [
-        rig.pane("restart", "a", ECHO_LOOP, "start").await,
-        rig.pane("restart", "b", ECHO_LOOP, "start").await,
-        rig.pane("restart", "c", ECHO_LOOP, "start").await,
-    ];
+    let panes = rig.echo_panes("restart", 3).await;
     let first = panes[0].binding.pty.incarnation;
     rig.ssh.restart().await.unwrap();
     for pane in &panes {
@@ -204,10 +194,7 @@ pub async fn rule_b_a_restarted_host_ends_every_pane_with_proof_and_creates_no_s
 /// reconnect schedule (a flapping link does not get the fast start again and again).
 pub async fn rule_g_a_link_flapping_every_2s_for_60s_keeps_three_shells_and_recovers() {
     let rig = Rig::start(|_| {}).await;
-    let mut panes = Vec::new();
-    for i in 0..3 {
-        panes.push(rig.pane("flap", &format!("p{i}"), ECHO_LOOP, "start").await);
-    }
+    let panes = rig.echo_panes("flap", 3).await;
     let shells = rig.shells().await;
     let flapping = rig
         .ssh
@@ -236,13 +223,7 @@ pub async fn rule_g_a_link_flapping_every_2s_for_60s_keeps_three_shells_and_reco
 /// re-attaches again, and the shells are the same three throughout.
 pub async fn rule_a_a_reattach_interrupted_by_a_frozen_host_creates_nothing() {
     let rig = Rig::start(|o| o.backoff.stable_after = Duration::ZERO).await;
-    let mut panes = Vec::new();
-    for i in 0..3 {
-        panes.push(
-            rig.pane("reattach", &format!("p{i}"), ECHO_LOOP, "start")
-                .await,
-        );
-    }
+    let panes = rig.echo_panes("reattach", 3).await;
     let shells = rig.shells().await;
     let mark = rig.states.len();
     rig.ssh.kill_ssh_connections().await.unwrap();

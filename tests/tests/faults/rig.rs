@@ -1,28 +1,14 @@
 //! What every fault scenario starts from: a real OpenSSH host in a container, a [`Host`] of the
 //! connector supervising it, and panes whose output is read all the time by background readers.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use relay_connector::ssh::SshTransport;
 use relay_connector::{Host, HostOptions, HostState, InputWriter, PaneHandle};
 use relay_protocol::{Binding, SpawnSpec};
 use relay_tests::fixture::SshHost;
-use relay_tests::{bins, Collected, StateLog};
-
-/// A private copy of this build's agent binary (a rebuild during the run cannot change it).
-pub fn agent_bin() -> &'static Path {
-    static COPY: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &COPY
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("relay-agent");
-            std::fs::copy(&bins().agent, &path).unwrap();
-            (dir, path)
-        })
-        .1
-}
+use relay_tests::{agent_copy, Collected, StateLog};
 
 /// `sh -c script`.
 pub fn sh(script: &str) -> SpawnSpec {
@@ -63,7 +49,7 @@ impl Rig {
     /// A [`Host`] on `ssh` (not waited for).
     pub fn connect(ssh: &SshHost, tune: impl FnOnce(&mut HostOptions)) -> Host {
         ssh.write_known_hosts().unwrap();
-        let mut opts = ssh.options(agent_bin()).unwrap();
+        let mut opts = ssh.options(agent_copy()).unwrap();
         opts.connect_timeout = Some(Duration::from_secs(5));
         let mut options = HostOptions::new("fault-suite");
         tune(&mut options);
@@ -81,6 +67,15 @@ impl Rig {
         let pane = Pane::watch(&self.host, created.binding, handle);
         pane.wait_text(ready, Duration::from_secs(30)).await;
         pane
+    }
+
+    /// Opens `n` panes `ws/p0/0 ...` running [`ECHO_LOOP`], each waited for.
+    pub async fn echo_panes(&self, ws: &str, n: usize) -> Vec<Pane> {
+        let mut panes = Vec::with_capacity(n);
+        for i in 0..n {
+            panes.push(self.pane(ws, &format!("p{i}"), ECHO_LOOP, "start").await);
+        }
+        panes
     }
 
     /// Waits (at most `within`) for a state matching `pred` recorded after `mark`.

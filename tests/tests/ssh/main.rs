@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use relay_connector::ssh::{
@@ -27,18 +27,9 @@ mod host_keys;
 mod sessions;
 mod ssh_config;
 
-/// A private copy of this build's agent binary, so that a rebuild during the test run cannot
-/// change what is deployed between two connects of one test.
+/// This build's agent, copied once for the run.
 fn agent_bin() -> &'static Path {
-    static COPY: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &COPY
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("relay-agent");
-            std::fs::copy(&bins().agent, &path).unwrap();
-            (dir, path)
-        })
-        .1
+    relay_tests::agent_copy()
 }
 
 /// Options for `host` with only the fixture's key, an isolated ssh config (no user files, no
