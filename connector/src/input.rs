@@ -178,6 +178,9 @@ async fn drain(
             return;
         }
     };
+    // One sequence per writer: a second writer on the same pane gets its own id, so the agent
+    // never takes its first requests for repeats of the first writer's.
+    let writer: u64 = rand::random();
     let mut seq = 0u64;
     let mut carry: Option<Vec<u8>> = None;
     loop {
@@ -199,7 +202,7 @@ async fn drain(
         }
         for piece in batch.chunks(MAX_OUTPUT_CHUNK) {
             seq += 1;
-            let result = deliver(&slot, seq, piece).await;
+            let result = deliver(&slot, writer, seq, piece).await;
             state.queued.fetch_sub(piece.len(), Ordering::AcqRel);
             state.room.notify_waiters();
             if let Err(e) = result {
@@ -212,7 +215,7 @@ async fn drain(
 
 /// Delivers one request: waits for the pane's connection, retries while the PTY's input queue is
 /// full, and resends under the same `seq` after a reconnect (see the module docs).
-async fn deliver(slot: &PaneSlot, seq: u64, data: &[u8]) -> Result<(), Error> {
+async fn deliver(slot: &PaneSlot, writer: u64, seq: u64, data: &[u8]) -> Result<(), Error> {
     let binding = &slot.binding;
     let mut after = 0;
     let mut wait = FIRST_BACKOFF;
@@ -221,7 +224,7 @@ async fn deliver(slot: &PaneSlot, seq: u64, data: &[u8]) -> Result<(), Error> {
         let session = &live.session;
         let once = session.welcome().has(Capability::INPUT_SEQ);
         let result = if once {
-            session.input_seq(binding, slot.writer, seq, data).await
+            session.input_seq(binding, writer, seq, data).await
         } else {
             session.input(binding, data).await
         };

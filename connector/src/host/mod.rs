@@ -209,7 +209,10 @@ impl Host {
     /// again after a [`HostState::Failed`] (once its cause was fixed), and re-attaches panes
     /// whose re-attach was unresolved.
     pub fn retry_now(&self) {
-        self.inner.wake.notify_one();
+        // No stored permit: a retry asked for while connected must not cut a later backoff
+        // short. A second re-attach pass is harmless (each pane is re-attached once per
+        // connection).
+        self.inner.wake.notify_waiters();
         self.inner.reattach.notify_one();
     }
 

@@ -30,8 +30,11 @@ pub(crate) struct Live {
 pub(crate) enum SlotLink {
     /// Attached on this live connection: requests for the pane may go there.
     Attached(Live),
-    /// Not attached: waiting for the next connection to re-attach it.
+    /// Not attached: waiting for the next connection (or the next pass) to re-attach it.
     Waiting,
+    /// A re-attach is in flight on the connection of this generation (so another pass does not
+    /// send a second one).
+    Reattaching(u64),
     /// The pane's stream has ended (exited, ended, mismatch) or its handle let go.
     Gone(String),
 }
@@ -40,8 +43,6 @@ pub(crate) enum SlotLink {
 pub(crate) struct PaneSlot {
     pub(crate) binding: Binding,
     pub(crate) sink: Arc<PaneSink>,
-    /// This pane's input writer id for sequenced input (random; stable across reconnects).
-    pub(crate) writer: u64,
     link: watch::Sender<SlotLink>,
     /// The size the app asked for last; applied again after a re-attach when it differs.
     size: Mutex<Option<TermSize>>,
@@ -53,7 +54,6 @@ impl PaneSlot {
         Arc::new(PaneSlot {
             binding,
             sink,
-            writer: rand::random(),
             link: watch::Sender::new(SlotLink::Attached(live)),
             size: Mutex::new(None),
         })
@@ -127,21 +127,36 @@ impl Registry {
         self.pending()
     }
 
-    /// The slots that wait for the live connection.
+    /// The slots that wait for the live connection, marked as being re-attached on it (each is
+    /// handed out once per connection, however many passes ask).
     pub(crate) fn pending(&mut self) -> Vec<Arc<PaneSlot>> {
         self.slots.retain(|_, s| !s.sink.is_finished());
         let Some(live) = &self.live else {
             return Vec::new();
         };
-        self.slots
+        let generation = live.generation;
+        let due: Vec<Arc<PaneSlot>> = self
+            .slots
             .values()
             .filter(|s| match s.link() {
-                SlotLink::Attached(l) => l.generation != live.generation,
+                SlotLink::Attached(l) => l.generation != generation,
+                SlotLink::Reattaching(g) => g != generation,
                 SlotLink::Waiting => true,
                 SlotLink::Gone(_) => false,
             })
             .cloned()
-            .collect()
+            .collect();
+        for slot in &due {
+            slot.set_link(SlotLink::Reattaching(generation));
+        }
+        due
+    }
+
+    /// Whether `slot` is still the registered slot of its PTY (not taken over or released).
+    fn holds(&self, slot: &Arc<PaneSlot>) -> bool {
+        self.slots
+            .get(&slot.binding.pty)
+            .is_some_and(|s| Arc::ptr_eq(s, slot))
     }
 
     /// The live connection ended with `reason`: every attached slot waits for the next one and
@@ -152,11 +167,16 @@ impl Registry {
         }
         self.last_loss = reason.to_string();
         for slot in self.slots.values() {
-            if matches!(slot.link(), SlotLink::Attached(_)) {
-                slot.set_link(SlotLink::Waiting);
-                slot.sink.event(PaneEvent::Interrupted {
-                    reason: reason.to_string(),
-                });
+            match slot.link() {
+                SlotLink::Attached(_) => {
+                    slot.set_link(SlotLink::Waiting);
+                    slot.sink.event(PaneEvent::Interrupted {
+                        reason: reason.to_string(),
+                    });
+                }
+                // Its stream was told at the previous loss.
+                SlotLink::Reattaching(_) => slot.set_link(SlotLink::Waiting),
+                SlotLink::Waiting | SlotLink::Gone(_) => {}
             }
         }
     }
@@ -210,9 +230,13 @@ impl Registry {
 /// fate from the answer. `registry` is consulted so a connection that ended meanwhile is not
 /// recorded as the slot's.
 pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, live: Live) {
+    let lock = || registry.lock().unwrap_or_else(|e| e.into_inner());
     let Some(resume_from) = slot.sink.resume_point() else {
         return;
     };
+    if !lock().holds(&slot) {
+        return;
+    }
     let session = &live.session;
     let req = Request::Attach(Attach {
         pane: slot.binding.pane.clone(),
@@ -227,25 +251,35 @@ pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, li
     );
     let result = session.subscribe_route(req, route).await;
     let binding = &slot.binding;
+    // Settles the slot only if it is still the pane's and still being re-attached on `live`
+    // (not taken over by a newer attach, released, or overtaken by another connection).
+    let settle = |link: SlotLink| {
+        let reg = lock();
+        let ours = reg.holds(&slot)
+            && matches!(slot.link(), SlotLink::Reattaching(g) if g == live.generation)
+            && reg
+                .live
+                .as_ref()
+                .is_some_and(|l| l.generation == live.generation);
+        if ours {
+            slot.set_link(link);
+        }
+        ours
+    };
     match result {
         Ok(Response::Attached(attached)) => {
-            {
-                let reg = registry.lock().unwrap_or_else(|e| e.into_inner());
-                let still_live = reg
-                    .live
-                    .as_ref()
-                    .is_some_and(|l| l.generation == live.generation);
-                if !still_live {
-                    return;
-                }
-                slot.set_link(SlotLink::Attached(live.clone()));
+            if !settle(SlotLink::Attached(live.clone())) {
+                return;
             }
             tracing::debug!(%binding, from = attached.replay_from, "re-attached");
             if let Some(size) = slot.wanted_size().filter(|s| *s != attached.size) {
                 let _ = session.resize(binding, size).await;
             }
         }
-        Ok(other) => tracing::warn!(%binding, op = ?other.op(), "unexpected re-attach reply"),
+        Ok(other) => {
+            tracing::warn!(%binding, op = ?other.op(), "unexpected re-attach reply");
+            settle(SlotLink::Waiting);
+        }
         Err(e) => match e.agent_reply() {
             Some(ErrorReply::Ended { exit, reason, .. }) => {
                 tracing::info!(%binding, %reason, "the pane's PTY ended while detached");
@@ -258,20 +292,23 @@ pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, li
                 );
             }
             Some(ErrorReply::Mismatch { current, .. }) => {
-                tracing::warn!(%binding, ?current, "the pane has another PTY now");
+                tracing::info!(%binding, ?current, "the pane has another PTY now");
                 slot.finish(
                     PaneEvent::Mismatch { current: *current },
                     "the pane has another PTY now".into(),
                 );
             }
+            // The connection went down during the re-attach: the next one tries again.
             _ if e.is_connection_lost() => {
-                // The connection went down during the re-attach: the next one tries again.
+                settle(SlotLink::Waiting);
             }
             _ => {
-                tracing::warn!(%binding, error = %e, "re-attach unresolved; kept for the next connection");
-                slot.sink.event(PaneEvent::Unresolved {
-                    reason: e.to_string(),
-                });
+                tracing::info!(%binding, error = %e, "re-attach unresolved; kept for the next connection");
+                if settle(SlotLink::Waiting) {
+                    slot.sink.event(PaneEvent::Unresolved {
+                        reason: e.to_string(),
+                    });
+                }
             }
         },
     }

@@ -59,7 +59,7 @@ pub(crate) async fn run(inner: Arc<HostInner>) {
                 Error::ConnectionLost(reason)
             }
             Err(e) if !e.is_transient() => {
-                tracing::warn!(destination = %inner.destination, error = %e, "connect failed for good");
+                tracing::info!(destination = %inner.destination, error = %e, "connect failed for good");
                 inner.set_state(HostState::Failed { error: Arc::new(e) });
                 tokio::select! {
                     () = inner.wake.notified() => {}

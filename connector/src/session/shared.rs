@@ -327,16 +327,27 @@ impl Shared {
                     _ => None,
                 };
                 if let Some(a) = attached {
-                    match route.start {
-                        RouteStart::Fresh => route.sink.started(a.replay_from, a.lost),
-                        RouteStart::Resume { cap } => {
-                            route.sink.resumed(a.replay_from, cap);
+                    let pty = a.binding.pty;
+                    // A resume never takes over another subscription of the PTY on this
+                    // connection (a newer attach by the app wins over a late re-attach).
+                    let taken = matches!(route.start, RouteStart::Resume { .. })
+                        && st
+                            .routes
+                            .get(&pty)
+                            .is_some_and(|r| r.sink.id != route.sink.id);
+                    if !taken {
+                        match route.start {
+                            RouteStart::Fresh => route.sink.started(a.replay_from, a.lost),
+                            RouteStart::Resume { cap } => {
+                                route.sink.resumed(a.replay_from, cap);
+                            }
                         }
+                        route.binding = Some(a.binding.clone());
+                        // A previous subscription of this PTY on this session is taken over;
+                        // its stream ends when its sink is dropped here (unless a host still
+                        // holds it).
+                        st.routes.insert(pty, route);
                     }
-                    route.binding = Some(a.binding.clone());
-                    // A previous subscription of this PTY on this session is taken over; its
-                    // stream ends when its sink is dropped here (unless a host still holds it).
-                    st.routes.insert(a.binding.pty, route);
                 }
                 tx
             }
@@ -557,5 +568,38 @@ mod tests {
             4,
             Request::Ping(relay_protocol::message::Ping { nonce: 1 }),
         )));
+    }
+
+    /// A late re-attach reply (a host resuming an old handle) must not take the PTY's
+    /// subscription away from a newer attach on the same connection.
+    #[test]
+    fn a_resume_reply_never_takes_over_a_newer_subscription() {
+        let shared = shared();
+        let b = binding(4);
+        let (newer, mut newer_q) = PaneSink::new(1 << 20);
+        let (tx, _rx) = oneshot::channel();
+        shared
+            .register(5, Pending::Attach(tx, Route::session(newer)))
+            .unwrap();
+        shared.dispatch(&attached_reply(5, &b));
+        let (older, mut older_q) = PaneSink::new(1 << 20);
+        older.started(0, 0);
+        let (tx, _rx) = oneshot::channel();
+        let resume = Route::host(older, RouteStart::Resume { cap: 1 << 20 });
+        shared.register(6, Pending::Attach(tx, resume)).unwrap();
+        shared.dispatch(&attached_reply(6, &b));
+        shared.dispatch(&frame(Message::Push(Push::Output(Output {
+            pty: b.pty,
+            offset: 0,
+            data: b"x".to_vec(),
+        }))));
+        assert!(
+            matches!(newer_q.rx.try_recv(), Ok(PaneEvent::Output { .. })),
+            "the newer subscription keeps the output"
+        );
+        assert!(
+            older_q.rx.try_recv().is_err(),
+            "the late resume got nothing"
+        );
     }
 }

@@ -294,3 +294,118 @@ async fn closing_the_host_ends_its_streams_and_leaves_the_shell_running() {
         .unwrap();
     assert_eq!(lease.state, LeaseState::Detached, "the shell runs on");
 }
+
+/// Regression (found by an adversarial tester): a second input writer on the same pane shared
+/// the first one's input-seq id and restarted its numbers at 1, so the agent took its input for
+/// repeats and dropped all of it, silently. Each writer has its own id now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_input_writer_on_a_pane_is_not_taken_for_repeats_of_the_first() {
+    let home = TestHome::new();
+    let host = host(&home);
+    let (created, mut pane) = host
+        .workspace("w")
+        .open("two", "0", sh(ECHO_LOOP))
+        .await
+        .unwrap();
+    let mut out = Collected::default();
+    read_until_text(&mut pane, &mut out, "start").await.unwrap();
+    let first = host.input_writer(&created.binding);
+    first.push(b"a1\na2\n".to_vec()).unwrap();
+    read_until_text(&mut pane, &mut out, "got:a2")
+        .await
+        .unwrap();
+    first.finish().await;
+    let second = host.input_writer(&created.binding);
+    second.push(b"b1\nb2\nb3\n".to_vec()).unwrap();
+    read_until_text(&mut pane, &mut out, "got:b3")
+        .await
+        .unwrap();
+    assert!(out.text().contains("got:b1"), "{:?}", out.text());
+}
+
+/// Regression: `retry_now` during an outage left a stored wake-up that made the next connection
+/// run a second re-attach pass over panes whose first re-attach was in flight: several
+/// `Resumed` per outage and output replayed each time. One outage, one resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_now_during_an_outage_resumes_each_pane_once() {
+    let home = TestHome::new();
+    let host = host(&home);
+    let script = "i=0; while :; do echo line-$i; i=$((i+1)); sleep 0.01; done";
+    let (_created, mut pane) = host
+        .workspace("w")
+        .open("r", "0", sh(script))
+        .await
+        .unwrap();
+    let mut out = Collected::default();
+    for round in 1..=5 {
+        read_until(&mut pane, &mut out, LIVENESS, |c| {
+            c.text().len() > round * 500
+        })
+        .await
+        .unwrap();
+        home.kill_bridges();
+        for _ in 0..4 {
+            host.retry_now();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        read_until(&mut pane, &mut out, LIVENESS, |c| c.resumed.len() >= round)
+            .await
+            .unwrap();
+    }
+    // Whatever is still on its way is read, then the counts are compared.
+    let end = out.end;
+    read_until(&mut pane, &mut out, LIVENESS, |c| c.end > end + 2000)
+        .await
+        .unwrap();
+    assert_eq!(out.interrupted.len(), 5);
+    assert_eq!(
+        out.resumed.len(),
+        5,
+        "one resume per outage: {:?}",
+        out.resumed
+    );
+    let lines = numbered(&out.text());
+    let expected: Vec<u64> = (0..lines.len() as u64).collect();
+    assert_eq!(lines, expected);
+}
+
+/// Regression: an app attaching a pane again right after a reconnect raced the host's own
+/// re-attach of the old handle; when the old re-attach's reply came last it took the
+/// subscription back, and the new handle stayed silent for good. A re-attach never takes over a
+/// newer subscription now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_racing_the_reattach_pass_keeps_its_output() {
+    let home = TestHome::new();
+    let host = Host::open(home.transport(), {
+        let mut o = HostOptions::new("relay-tests");
+        o.backoff.stable_after = Duration::ZERO;
+        o
+    });
+    let script = "while :; do echo tick; sleep 0.01; done";
+    let ws = host.workspace("w");
+    let (created, old) = ws.open("race", "0", sh(script)).await.unwrap();
+    let _old = old;
+    for round in 0..20 {
+        let old = host.session().await.unwrap();
+        assert_eq!(home.kill_bridges(), 1, "round {round}");
+        old.closed().await;
+        // Wait for the new connection, then attach at once: the re-attach pass is in flight.
+        let session = loop {
+            if let Some(s) = host.try_session() {
+                if !s.is_closed() {
+                    break s;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        assert_eq!(session.welcome().incarnation, old.welcome().incarnation);
+        let mut fresh = ws
+            .attach("race", "0", Some(created.binding.pty), None)
+            .await
+            .unwrap();
+        let mut got = Collected::default();
+        read_until_text(&mut fresh, &mut got, "tick")
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the new handle is silent: {e}"));
+    }
+}
