@@ -172,3 +172,54 @@ fn cksum(data: &[u8]) -> String {
     writer.join().unwrap().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// Regression (rule G): with stdout not taking output (a pipe nobody reads), relay stopped
+/// handling SIGTERM and SIGHUP: its loop was stuck writing. Output now goes through its own
+/// task, bounded, and the signals end relay at once.
+#[test]
+fn relay_obeys_sigterm_while_its_stdout_is_not_read() {
+    let home = TestHome::new();
+    let mut child = home
+        .command(&bins().relay)
+        .args(["shell", "--local", "--", "yes", "x"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Let the pipe (64 KiB) and relay's own bound fill up.
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = eventually("relay to exit", || child.try_wait().unwrap());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(status.code(), Some(128 + 15));
+}
+
+/// The status line is cleared when relay leaves while the host is away: nothing of it stays on
+/// the user's terminal (here the agent is stopped, relay shows "no answer", the user types
+/// `~.`).
+#[test]
+fn the_status_line_is_cleared_when_relay_detaches_during_an_outage() {
+    let home = TestHome::new();
+    let mut run = PtyRun::spawn(&home, &["shell", "--local", "--pane", "away"]);
+    run.type_text("echo ready-$((40+2))\r");
+    run.wait_for("ready-42");
+    let pid = home.daemon_pid().expect("the daemon runs");
+    let _stopped = Stopped::stop(pid);
+    run.wait_for("[relay: no answer from local");
+    run.type_text("\r~.");
+    assert_eq!(run.exit_within(Duration::from_secs(15)), Some(0));
+    let screen = run.screen();
+    let drawn = screen.rfind("[relay: no answer from local").unwrap();
+    let cleared = screen.rfind("\u{1b}7\u{1b}[1;1H\u{1b}[2K\u{1b}8");
+    assert!(
+        cleared.is_some_and(|c| c > drawn),
+        "the top line was not cleared: {:?}",
+        &screen[drawn..]
+    );
+}

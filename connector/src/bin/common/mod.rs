@@ -21,8 +21,12 @@ pub fn run<T>(main: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    tokio::runtime::Builder::new_current_thread()
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()?
-        .block_on(main)
+        .build()?;
+    let result = runtime.block_on(main);
+    // A write to a stdout nobody reads blocks a thread of the runtime's pool; leaving must not
+    // wait for it (rule G: SIGTERM ends relay at once).
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    result
 }

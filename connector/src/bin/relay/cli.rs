@@ -33,7 +33,8 @@ pub enum Command {
     /// Attach to the pane's shell, creating the shell if the pane has none.
     ///
     /// `relay shell HOST -- CMD ARGS...` runs CMD in a new pane instead (named `run-...` unless
-    /// --pane is given), like `ssh -t HOST CMD`; relay exits with its status.
+    /// --pane is given), like `ssh -t HOST CMD`: the words are joined with spaces and run by
+    /// `/bin/sh -c` on the host; relay exits with its status.
     ///
     /// Type `~.` after Enter to detach (the shell keeps running), `~?` for help, `~~` to send a
     /// `~`. As in ssh, a `~.` at the start of a line inside pasted text detaches too, and the rest

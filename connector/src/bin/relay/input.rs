@@ -78,14 +78,23 @@ impl InputQueue {
         }
     }
 
-    /// Delivers everything still held or queued. Unbounded: the caller puts a time limit on it.
-    pub async fn finish(mut self) {
-        while let Some(data) = self.held.pop_front() {
-            self.writer.room(data.len()).await;
-            if self.writer.push(data).is_err() {
-                break;
+    /// Delivers what is still held or queued for at most `bound`; returns how many bytes were
+    /// not delivered by then (the rest is dropped with the writer, and the caller says so).
+    pub async fn finish_within(mut self, bound: std::time::Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + bound;
+        let _ = tokio::time::timeout_at(deadline, async {
+            while let Some(data) = self.held.pop_front() {
+                self.writer.room(data.len()).await;
+                if self.writer.push(data).is_err() {
+                    break;
+                }
             }
-        }
-        self.writer.finish().await;
+            self.writer.close();
+            while self.writer.pending() > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        self.held.iter().map(Vec::len).sum::<usize>() + self.writer.pending()
     }
 }

@@ -9,6 +9,7 @@ mod cli;
 mod common;
 mod escape;
 mod input;
+mod screen;
 mod shell;
 mod status;
 mod terminal;

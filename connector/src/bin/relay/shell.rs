@@ -20,7 +20,6 @@ use relay_connector::{
     Host, HostOptions, HostState, InputFailures, PaneEvent, PaneHandle, Session,
 };
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, PaneKey, SpawnSpec, TermSize};
-use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 
@@ -28,7 +27,8 @@ use crate::cli::PaneArgs;
 use crate::common::destination::Destination;
 use crate::escape::{Action, Escapes, HELP};
 use crate::input::InputQueue;
-use crate::status::{self, StatusLine};
+use crate::screen::Screen;
+use crate::status;
 use crate::terminal::{self, RawMode};
 use crate::Failure;
 
@@ -108,14 +108,21 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
             // Local-first: the terminal is already back. Typed input and the detach are
             // delivered best effort and briefly; a stopped agent treats the dropped connection
             // as a detach anyway (rule A: nothing ends).
-            tokio::select! {
-                _ = tokio::time::timeout(DETACH_GRACE, async {
-                    input.finish().await;
+            let unsent = tokio::select! {
+                unsent = async {
+                    let unsent = input.finish_within(DETACH_GRACE).await;
                     if let Some(session) = host.try_session() {
-                        let _ = session.detach(&binding).await;
+                        let _ = tokio::time::timeout(DETACH_GRACE, session.detach(&binding)).await;
                     }
-                }) => {}
-                _ = stops.recv() => {}
+                    unsent
+                } => unsent,
+                _ = stops.recv() => 0,
+            };
+            if unsent > 0 {
+                eprintln!(
+                    "[relay: {unsent} bytes of your input were not delivered before the detach; \
+                     the shell did not get them]"
+                );
             }
             host.close();
             Ok(0)
@@ -182,7 +189,7 @@ async fn open_pane(
         }
     }
     let spec = SpawnSpec {
-        command: args.command.clone(),
+        command: remote_command(&args.command),
         cwd: match destination {
             Destination::Local => std::env::current_dir()
                 .ok()
@@ -203,6 +210,16 @@ async fn open_pane(
         );
     }
     Ok(handle)
+}
+
+/// The argv for `relay shell -- CMD ARGS`: like ssh, the words are joined with spaces and run by
+/// a shell on the host (`/bin/sh -c`), so `relay shell h -- 'echo $HOME'` expands on the host.
+/// Empty for the login shell.
+fn remote_command(words: &[String]) -> Vec<String> {
+    if words.is_empty() {
+        return Vec::new();
+    }
+    vec!["/bin/sh".into(), "-c".into(), words.join(" ")]
 }
 
 /// "the previous shell of pane w/main/0 ended: agent restarted 12 min ago; starting a new
@@ -300,38 +317,75 @@ impl Stops {
     }
 }
 
-/// Moves bytes until the shell exits or the user detaches. Never waits for the agent: input and
-/// resizes go through their own tasks, so escapes and signals are always handled, also while
-/// the host reconnects.
+/// Moves bytes until the shell exits or the user detaches, then writes out what the terminal
+/// has not taken yet (all of it after an exit; at most [`DETACH_GRACE`] otherwise) and clears
+/// the status line. Signals end the wait.
 async fn pump(
     host: &Host,
-    mut handle: PaneHandle,
+    handle: PaneHandle,
     input: &mut InputQueue,
     failures: &mut InputFailures,
     resize: &watch::Sender<Option<TermSize>>,
     stops: &mut Stops,
     tty: bool,
 ) -> anyhow::Result<Outcome> {
+    let mut screen = Screen::start(tty);
+    let outcome = pump_loop(
+        host,
+        handle,
+        input,
+        failures,
+        resize,
+        stops,
+        &mut screen,
+        tty,
+    )
+    .await;
+    let bound = match outcome {
+        Ok(Outcome::Exited { .. }) => Duration::MAX,
+        _ => DETACH_GRACE,
+    };
+    tokio::select! {
+        _ = tokio::time::timeout(bound, screen.finish()) => {}
+        err = stops.recv() => return Err(err),
+    }
+    outcome
+}
+
+/// The loop of [`pump`]. Never waits for the agent or for stdout: input and resizes go through
+/// their own tasks, output through the screen's writer task, so escapes and signals are always
+/// handled, also while the host reconnects or the terminal is not taking output.
+#[allow(clippy::too_many_arguments)]
+async fn pump_loop(
+    host: &Host,
+    mut handle: PaneHandle,
+    input: &mut InputQueue,
+    failures: &mut InputFailures,
+    resize: &watch::Sender<Option<TermSize>>,
+    stops: &mut Stops,
+    screen: &mut Screen,
+    tty: bool,
+) -> anyhow::Result<Outcome> {
     let mut stdin = Some(terminal::spawn_stdin_reader());
     let mut escapes = Escapes::new(tty);
     let mut winch = signal(SignalKind::window_change()).context("cannot watch SIGWINCH")?;
-    let mut out = tokio::io::stdout();
     let mut states = host.state();
-    let mut line = StatusLine::new(tty);
     let mut second = tokio::time::interval(Duration::from_secs(1));
     let pane = handle.binding().pane.clone();
+    let destination = host.destination().to_string();
+    let cols = || terminal::size().map_or(80, |s| s.cols);
+    let room = screen.room();
     loop {
+        if screen.is_broken() {
+            anyhow::bail!("cannot write to the terminal (stdout was closed)");
+        }
         tokio::select! {
-            ev = handle.next() => match ev {
-                Some(PaneEvent::Output { data, .. }) => {
-                    out.write_all(&data).await?;
-                    out.flush().await?;
-                }
-                Some(PaneEvent::Gap { from, to }) => {
-                    let marker = format!("\r\n[relay: {} bytes of output were lost]\r\n", to - from);
-                    out.write_all(marker.as_bytes()).await?;
-                    out.flush().await?;
-                }
+            ev = handle.next(), if screen.has_room() => match ev {
+                Some(PaneEvent::Output { data, .. }) => screen.output(data),
+                Some(PaneEvent::Gap { from, to }) => screen.note(&format!(
+                    "\r\n[relay: {} bytes of output were lost]\r\n",
+                    to - from
+                )),
                 Some(PaneEvent::Exited { exit, reason, .. }) => {
                     return Ok(Outcome::Exited { exit, reason })
                 }
@@ -340,7 +394,8 @@ async fn pump(
                     return Err(Failure {
                         code: exit.as_ref().map_or(UNREACHABLE, exit_code),
                         message: format!(
-                            "the shell of pane {pane} ended while relay was away: {reason}{how}"
+                            "the shell of pane {pane} ended: {reason}{how} (learned when relay \
+                             reconnected)"
                         ),
                     }
                     .into());
@@ -373,6 +428,7 @@ async fn pump(
                     "the pane's output stream ended; run the same command to reattach"
                 ),
             },
+            () = room.wait(), if !screen.has_room() => {}
             changed = states.changed() => {
                 if changed.is_err() {
                     anyhow::bail!("the host was closed");
@@ -381,16 +437,16 @@ async fn pump(
                 if let HostState::Failed { error } = &state {
                     return Err(Failure {
                         code: UNREACHABLE,
-                        message: format!("cannot reconnect to {}: {error}", host.destination()),
+                        message: format!("cannot reconnect to {destination}: {error}"),
                     }
                     .into());
                 }
-                draw(&mut out, &mut line, &state, host.destination()).await?;
+                screen.status(status::message(&state, &destination, tty), cols());
             }
-            _ = second.tick(), if line.is_shown() => {
+            _ = second.tick(), if screen.status_shown() => {
                 let state = states.borrow().clone();
                 if status::ticking(&state) {
-                    draw(&mut out, &mut line, &state, host.destination()).await?;
+                    screen.status(status::message(&state, &destination, tty), cols());
                 }
             }
             chunk = recv(&mut stdin), if input.accepting() => match chunk {
@@ -405,10 +461,7 @@ async fn pump(
                         match action {
                             Action::Send(data) => input.push(data),
                             Action::Detach => return Ok(Outcome::Detached),
-                            Action::Help => {
-                                out.write_all(HELP.as_bytes()).await?;
-                                out.flush().await?;
-                            }
+                            Action::Help => screen.note(HELP),
                         }
                     }
                 }
@@ -427,22 +480,6 @@ async fn pump(
             }
         }
     }
-}
-
-/// Draws (or clears) the status line for `state`.
-async fn draw(
-    out: &mut tokio::io::Stdout,
-    line: &mut StatusLine,
-    state: &HostState,
-    destination: &str,
-) -> std::io::Result<()> {
-    let cols = terminal::size().map_or(80, |s| s.cols);
-    let bytes = line.update(status::message(state, destination), cols);
-    if !bytes.is_empty() {
-        out.write_all(&bytes).await?;
-        out.flush().await?;
-    }
-    Ok(())
 }
 
 fn input_failure(e: relay_connector::Error) -> anyhow::Error {

@@ -1,0 +1,274 @@
+//! The user's side of the pane's output: a task that writes to stdout, so a terminal (or pipe)
+//! that does not take output never stops the terminal loop from handling `~.`, SIGTERM or
+//! SIGHUP (rule G), and the status line, drawn only between escape sequences.
+//!
+//! Output waiting for stdout is bounded ([`MAX_QUEUED`] bytes): beyond it the loop stops taking
+//! pane events, which holds back credit, which stops the agent forwarding (it keeps draining the
+//! PTY). The status line is never written into the middle of an escape sequence or a UTF-8
+//! character the program is writing: it waits until the output is back at ground state.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+
+use crate::status::StatusLine;
+
+/// Bytes of output that may wait for stdout before pane events are no longer taken.
+pub const MAX_QUEUED: usize = 256 * 1024;
+
+/// Where the pane's output and relay's own notes go.
+pub struct Screen {
+    tx: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    queued: Arc<AtomicUsize>,
+    room: Arc<Notify>,
+    task: JoinHandle<std::io::Result<()>>,
+    parser: Parser,
+    tty: bool,
+    line: StatusLine,
+    /// A status update that waits for the output to reach ground state.
+    deferred: Option<(Option<String>, u16)>,
+}
+
+impl Screen {
+    /// Starts the writer task on stdout. `tty`: the status line is drawn on the terminal.
+    pub fn start(tty: bool) -> Screen {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let room = Arc::new(Notify::new());
+        let task = tokio::spawn({
+            let (queued, room) = (queued.clone(), room.clone());
+            async move {
+                let mut out = tokio::io::stdout();
+                while let Some(data) = rx.recv().await {
+                    let result = async {
+                        out.write_all(&data).await?;
+                        out.flush().await
+                    }
+                    .await;
+                    queued.fetch_sub(data.len(), Ordering::AcqRel);
+                    room.notify_waiters();
+                    if let Err(e) = result {
+                        // Nothing more will be written: let waiters for room go.
+                        queued.store(0, Ordering::Release);
+                        room.notify_waiters();
+                        return Err(e);
+                    }
+                }
+                Ok(())
+            }
+        });
+        Screen {
+            tx: Some(tx),
+            queued,
+            room,
+            task,
+            parser: Parser::default(),
+            tty,
+            line: StatusLine::new(tty),
+            deferred: None,
+        }
+    }
+
+    /// Whether more pane output may be taken now.
+    pub fn has_room(&self) -> bool {
+        self.queued.load(Ordering::Acquire) < MAX_QUEUED
+    }
+
+    /// A waiter for room, usable while the screen is borrowed elsewhere.
+    pub fn room(&self) -> Room {
+        Room {
+            queued: self.queued.clone(),
+            notify: self.room.clone(),
+        }
+    }
+
+    /// Whether writing failed (stdout closed, ...): the writer task has ended early.
+    pub fn is_broken(&self) -> bool {
+        self.task.is_finished() && self.tx.is_some()
+    }
+
+    /// Queues the program's output.
+    pub fn output(&mut self, data: Vec<u8>) {
+        self.parser.feed(&data);
+        self.send(data);
+        if self.parser.at_ground() {
+            if let Some((text, cols)) = self.deferred.take() {
+                self.draw(text, cols);
+            }
+        }
+    }
+
+    /// Queues relay's own text (a note, the escape help) between the program's output.
+    pub fn note(&mut self, text: &str) {
+        self.send(text.as_bytes().to_vec());
+    }
+
+    /// Shows `text` on the status line (clears it when `None`); `cols` is the terminal width.
+    /// Waits for ground state when the program is in the middle of a sequence.
+    pub fn status(&mut self, text: Option<String>, cols: u16) {
+        if self.parser.at_ground() {
+            self.deferred = None;
+            self.draw(text, cols);
+        } else {
+            self.deferred = Some((text, cols));
+        }
+    }
+
+    /// Whether the status line shows something.
+    pub fn status_shown(&self) -> bool {
+        self.line.is_shown() || self.deferred.as_ref().is_some_and(|d| d.0.is_some())
+    }
+
+    fn draw(&mut self, text: Option<String>, cols: u16) {
+        let bytes = self.line.update(text, cols);
+        if !bytes.is_empty() {
+            self.send(bytes);
+        }
+    }
+
+    fn send(&mut self, data: Vec<u8>) {
+        if let Some(tx) = &self.tx {
+            self.queued.fetch_add(data.len(), Ordering::AcqRel);
+            let _ = tx.send(data);
+        }
+    }
+
+    /// Clears the status line and writes everything queued. Unbounded (stdout may not take
+    /// it): the caller bounds it.
+    pub async fn finish(mut self) {
+        if self.tty && self.line.is_shown() && self.parser.at_ground() {
+            self.draw(None, 80);
+        }
+        self.tx = None;
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Waits for room in a [`Screen`]'s output queue.
+#[derive(Clone)]
+pub struct Room {
+    queued: Arc<AtomicUsize>,
+    notify: Arc<Notify>,
+}
+
+impl Room {
+    /// Resolves when the queue has room again (or its writer is gone). Cancel-safe.
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.queued.load(Ordering::Acquire) < MAX_QUEUED {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Just enough of a terminal parser to know whether the output stream is between sequences
+/// (ECMA-48 escape, CSI and string sequences; UTF-8 characters).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Parser {
+    #[default]
+    Ground,
+    /// UTF-8 continuation bytes still expected.
+    Utf8(u8),
+    /// After ESC.
+    Escape,
+    /// ESC followed by intermediates (`ESC ( B`).
+    Intermediate,
+    /// Inside a control sequence (`ESC [ ... final`).
+    Csi,
+    /// Inside a string (`ESC ] ...`, DCS, SOS, PM, APC) until BEL or ST.
+    Text,
+    /// ESC inside a string (ST is `ESC \`).
+    TextEscape,
+}
+
+impl Parser {
+    fn feed(&mut self, data: &[u8]) {
+        for &b in data {
+            *self = self.next(b);
+        }
+    }
+
+    fn next(self, b: u8) -> Parser {
+        use Parser::*;
+        match self {
+            Ground | Utf8(_) if b == 0x1b => Escape,
+            Ground => match b {
+                0xC0..=0xDF => Utf8(1),
+                0xE0..=0xEF => Utf8(2),
+                0xF0..=0xF7 => Utf8(3),
+                _ => Ground,
+            },
+            Utf8(n) => match b {
+                0x80..=0xBF if n > 1 => Utf8(n - 1),
+                _ => Ground,
+            },
+            Escape => match b {
+                b'[' => Csi,
+                b']' | b'P' | b'X' | b'^' | b'_' => Text,
+                0x20..=0x2F => Intermediate,
+                0x1b => Escape,
+                _ => Ground,
+            },
+            Intermediate => match b {
+                0x20..=0x2F => Intermediate,
+                _ => Ground,
+            },
+            Csi => match b {
+                0x40..=0x7E => Ground,
+                0x1b => Escape,
+                _ => Csi,
+            },
+            Text => match b {
+                0x07 => Ground,
+                0x1b => TextEscape,
+                _ => Text,
+            },
+            TextEscape => match b {
+                b'\\' => Ground,
+                _ => Escape.next(b),
+            },
+        }
+    }
+
+    fn at_ground(self) -> bool {
+        self == Parser::Ground
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn after(chunks: &[&[u8]]) -> bool {
+        let mut p = Parser::default();
+        for c in chunks {
+            p.feed(c);
+        }
+        p.at_ground()
+    }
+
+    /// Regression: the status line was drawn between `\e[3` and `1m`, so the terminal dropped
+    /// the colour sequence and printed `1mRED`.
+    #[test]
+    fn a_sequence_split_across_chunks_is_not_ground() {
+        assert!(!after(&[b"before\n\x1b[3"]));
+        assert!(after(&[b"before\n\x1b[3", b"1mRED\x1b[0m"]));
+        assert!(!after(&[b"\x1b]0;title"]), "an OSC without its end");
+        assert!(after(&[b"\x1b]0;title\x07"]));
+        assert!(after(&[b"\x1b]0;title\x1b\\ok"]));
+        assert!(!after(&[b"\x1b("]));
+        assert!(after(&[b"\x1b(B"]));
+        assert!(
+            !after(&["é".as_bytes()[..1].as_ref()]),
+            "half a UTF-8 character"
+        );
+        assert!(after(&["é€𝄞 plain".as_bytes()]));
+        assert!(after(&[b"\x1b7\x1b[1;1H\x1b[7mhi\x1b[K\x1b[0m\x1b8"]));
+    }
+}
