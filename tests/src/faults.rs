@@ -1,4 +1,4 @@
-//! Fault primitives and host-side inspection for [`SshHost`] (the fault suite's building blocks).
+//! Fault primitives for [`SshHost`] (the fault suite's building blocks).
 //!
 //! **Network faults** act inside the container's network namespace (entered with `nsenter` from
 //! the container's pid as docker reports it), so they need root on the test machine (CI runs as
@@ -18,10 +18,8 @@
 //!   [`SshHost::kill_sshd_sessions`] instead kills the per-connection sshd processes (sshd dying
 //!   under its sessions); it is also the fallback on kernels without `SOCK_DESTROY`.
 //!
-//! **Inspection** ([`SshHost::agent_daemon_pid`], [`SshHost::shell_pids`], [`SshHost::pts_count`],
-//! [`SshHost::ssh_connection_count`]) uses `docker exec`, so it works without root and while the
-//! host is partitioned (not while it is paused: docker refuses to exec into a paused container).
-//! Pids are the container's own (as the agent reports them in leases).
+//! Host-side inspection for exact counts (the agent daemon, its shells) is in
+//! [`crate::inspect`].
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +29,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::task::JoinHandle;
 
-use crate::fixture::{ExecOut, SshHost, USER};
+use crate::fixture::{ExecOut, SshHost};
 
 /// sshd's port inside the container.
 const SSH_PORT: &str = "22";
@@ -252,108 +250,6 @@ fn ss_established(pid: u32, kill: bool) -> Result<usize> {
     Ok(out.stdout.lines().filter(|l| !l.trim().is_empty()).count())
 }
 
-/// A process in the container, from `ps`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Proc {
-    pid: u32,
-    ppid: u32,
-    /// State `Z`: exited, not yet reaped by its parent.
-    zombie: bool,
-    user: String,
-    comm: String,
-    args: String,
-}
-
-/// What inspection reads in one `docker exec`: the process table and the pids holding flocks.
-struct Snapshot {
-    procs: Vec<Proc>,
-    flock_holders: Vec<u32>,
-}
-
-impl Snapshot {
-    /// `relay-agent daemon` processes of [`USER`] that hold a flock (the daemon holds
-    /// `run/daemon.lock` for its whole life; its start-up forks do not).
-    fn daemons(&self) -> Vec<&Proc> {
-        self.procs
-            .iter()
-            .filter(|p| p.user == USER && is_daemon_args(&p.args))
-            .filter(|p| self.flock_holders.contains(&p.pid))
-            .collect()
-    }
-
-    fn daemon(&self) -> Result<Option<&Proc>> {
-        match self.daemons().as_slice() {
-            [] => Ok(None),
-            [one] => Ok(Some(one)),
-            many => bail!(
-                "several relay-agent daemons run as {USER}: {:?}",
-                many.iter().map(|p| (p.pid, &p.args)).collect::<Vec<_>>()
-            ),
-        }
-    }
-
-    /// See [`SshHost::shell_pids`].
-    fn shells(&self) -> Result<Vec<u32>> {
-        let Some(daemon) = self.daemon()? else {
-            return Ok(Vec::new());
-        };
-        let mut pids: Vec<u32> = self
-            .procs
-            .iter()
-            .filter(|p| p.ppid == daemon.pid && !p.zombie && p.args != daemon.args)
-            .map(|p| p.pid)
-            .collect();
-        pids.sort_unstable();
-        Ok(pids)
-    }
-}
-
-/// `.../relay-agent[-suffix] daemon ...`.
-fn is_daemon_args(args: &str) -> bool {
-    let mut words = args.split_whitespace();
-    let exe = words.next().unwrap_or("");
-    let name = exe.rsplit('/').next().unwrap_or(exe);
-    name.starts_with("relay-agent") && words.next() == Some("daemon")
-}
-
-const PS_LOCKS: &str =
-    "ps -e -o pid=,ppid=,stat=,user:32=,comm=,args=; echo '--locks--'; cat /proc/locks";
-
-fn parse_snapshot(text: &str) -> Result<Snapshot> {
-    let (ps, locks) = text
-        .split_once("--locks--")
-        .ok_or_else(|| anyhow!("no locks marker in {text:?}"))?;
-    let mut procs = Vec::new();
-    for line in ps.lines().filter(|l| !l.trim().is_empty()) {
-        let mut f = line.split_whitespace();
-        let (Some(pid), Some(ppid), Some(stat), Some(user), Some(comm)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            bail!("unexpected ps line {line:?}");
-        };
-        procs.push(Proc {
-            pid: pid.parse().with_context(|| format!("ps line {line:?}"))?,
-            ppid: ppid.parse().with_context(|| format!("ps line {line:?}"))?,
-            zombie: stat.starts_with('Z'),
-            user: user.to_string(),
-            comm: comm.to_string(),
-            args: f.collect::<Vec<_>>().join(" "),
-        });
-    }
-    // `1: FLOCK  ADVISORY  WRITE 123 00:2b:456 0 EOF`; blocked waiters have `->` after `1:`.
-    let flock_holders = locks
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(1) == Some(&"FLOCK")).then(|| f.get(4)?.parse().ok())?
-        })
-        .collect();
-    Ok(Snapshot {
-        procs,
-        flock_holders,
-    })
-}
-
 impl SshHost {
     /// Starts a silent partition of sshd's port: every packet to or from port 22 in the
     /// container is dropped (see the module docs). Idempotent; [`SshHost::heal`] ends it, and so
@@ -486,72 +382,6 @@ impl SshHost {
             _ => bail!("expected two counts, got {:?}", out.out()),
         }
     }
-
-    /// Established TCP connections to sshd (port 22), read from the container's
-    /// `/proc/net/tcp{,6}` (works while partitioned: the sockets stay established).
-    ///
-    /// # Errors
-    /// When docker fails.
-    pub async fn ssh_connection_count(&self) -> Result<usize> {
-        let out = self
-            .exec("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
-            .await?;
-        Ok(out
-            .stdout
-            .lines()
-            .filter(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                // local address `IP:0016` (port 22), state `01` (ESTABLISHED)
-                f.len() > 3 && f[1].ends_with(":0016") && f[3] == "01"
-            })
-            .count())
-    }
-
-    async fn snapshot(&self) -> Result<Snapshot> {
-        let out = self.exec_as("root", PS_LOCKS).await?;
-        if out.code != 0 {
-            bail!("`{PS_LOCKS}` exited {}: {}", out.code, out.stderr.trim());
-        }
-        parse_snapshot(&out.stdout)
-    }
-
-    /// Pid (in the container) of the `relay-agent daemon` of user `relay`: the `relay-agent*
-    /// daemon` process that holds a flock (its `run/daemon.lock`), so the short-lived start-up
-    /// forks are not taken for it. `None` when no daemon runs (or it has not locked yet).
-    ///
-    /// # Errors
-    /// When docker fails, or when several daemons run as `relay` (several `RELAY_HOME`s).
-    pub async fn agent_daemon_pid(&self) -> Result<Option<u32>> {
-        Ok(self.snapshot().await?.daemon()?.map(|d| d.pid))
-    }
-
-    /// Pids (in the container, ascending) of the agent daemon's direct children: the processes
-    /// it started on its PTYs, i.e. the live shells. Empty when no daemon runs. Not counted: a
-    /// child that exited and is not reaped yet (a zombie), and one that still shows the daemon's
-    /// own command line (forked, not yet exec'd).
-    ///
-    /// # Errors
-    /// As [`SshHost::agent_daemon_pid`].
-    pub async fn shell_pids(&self) -> Result<Vec<u32>> {
-        self.snapshot().await?.shells()
-    }
-
-    /// Pseudo-terminals allocated in the container (the numbered entries of its private
-    /// `/dev/pts`): the agent's PTYs plus those of `ssh -t` sessions.
-    ///
-    /// # Errors
-    /// When docker fails.
-    pub async fn pts_count(&self) -> Result<usize> {
-        let out = self.exec("ls /dev/pts").await?;
-        if out.code != 0 {
-            bail!("ls /dev/pts exited {}: {}", out.code, out.stderr.trim());
-        }
-        Ok(out
-            .stdout
-            .split_whitespace()
-            .filter(|n| n.chars().all(|c| c.is_ascii_digit()))
-            .count())
-    }
 }
 
 /// A running [`SshHost::flap`]. Dropping it stops the flapping and heals the host (blocking for
@@ -597,35 +427,5 @@ impl Drop for Flapping {
             task.abort();
             self.net.heal_on_drop();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_daemon_is_the_flock_holder_and_shells_are_its_children() {
-        let text = "\
-      1       0 Ss   root      sshd             sshd: /usr/sbin/sshd -D -e [listener] 0 of 10-100 startups
-     40       1 Ssl  relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
-     41      40 Ss+  relay     sh               sh -c sleep 1000
-     42      40 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
-     43      40 Z    relay     sh               [sh] <defunct>
-     44      40 Ss+  relay     bash             -bash
-     50      20 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
-     51       1 S    relay     relay-agent-0.1  /home/relay/.relay/bin/relay-agent-0.1.0-abc bridge
---locks--
-1: FLOCK  ADVISORY  WRITE 40 00:2b:1234 0 EOF
-1: -> FLOCK  ADVISORY  WRITE 50 00:2b:1234 0 EOF
-2: POSIX  ADVISORY  WRITE 51 00:2b:99 0 EOF
-";
-        let snap = parse_snapshot(text).unwrap();
-        assert_eq!(snap.flock_holders, vec![40]);
-        assert_eq!(snap.daemon().unwrap().map(|d| d.pid), Some(40));
-        assert_eq!(snap.procs[2].args, "sh -c sleep 1000");
-        assert_eq!(snap.shells().unwrap(), vec![41, 44]);
-        assert!(!is_daemon_args("sleep daemon"));
-        assert!(is_daemon_args("relay-agent daemon --foreground"));
     }
 }

@@ -428,6 +428,7 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 
 pub mod faults;
 pub mod fixture;
+pub mod inspect;
 pub mod pty_run;
 
 /// Every state a [`Host`] went through, recorded by a background task (a watch channel alone

@@ -19,6 +19,7 @@
 
 mod conn;
 pub(crate) mod handshake;
+mod reply;
 pub(crate) mod shared;
 
 use std::future::Future;
@@ -40,6 +41,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use crate::pane::{queue_cap, PaneHandle, PaneSink};
 use crate::transport::{AgentStream, Transport};
 use crate::Error;
+use reply::{done, human_duration, op_name, unexpected};
 use shared::{Pending, SessionLink, Shared};
 pub(crate) use shared::{Route, RouteStart};
 
@@ -579,48 +581,6 @@ impl NewPane {
             Box::new(link),
         )
     }
-}
-
-fn done(what: &str, resp: Response) -> Result<(), Error> {
-    match resp {
-        Response::Done(_) => Ok(()),
-        other => Err(unexpected(what, &other)),
-    }
-}
-
-/// The request's name for messages (`status`, `list leases`, ...).
-fn op_name(req: &Request) -> &'static str {
-    match req {
-        Request::Create(_) => "create",
-        Request::Open(_) => "open",
-        Request::Attach(_) => "attach",
-        Request::Input(_) => "input",
-        Request::Resize(_) => "resize",
-        Request::Signal(_) => "signal",
-        Request::Kill(_) => "kill",
-        Request::Detach(_) => "detach",
-        Request::Protect(_) => "protect",
-        Request::ListLeases(_) => "list leases",
-        Request::Status(_) => "status",
-        Request::Ping(_) => "ping",
-        Request::InputSeq(_) => "input",
-        _ => "request",
-    }
-}
-
-/// `10 s`, `1.5 s`, `250 ms`.
-fn human_duration(d: Duration) -> String {
-    if d.subsec_millis() == 0 && d.as_secs() > 0 {
-        format!("{} s", d.as_secs())
-    } else if d.as_secs() > 0 {
-        format!("{:.1} s", d.as_secs_f64())
-    } else {
-        format!("{} ms", d.as_millis())
-    }
-}
-
-fn unexpected(what: &str, resp: &Response) -> Error {
-    Error::UnexpectedReply(format!("{:?} in answer to {what}", resp.op()))
 }
 
 #[cfg(test)]
