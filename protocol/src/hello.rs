@@ -20,8 +20,9 @@ pub const PROTOCOL_MAJOR: u16 = 1;
 
 /// Protocol minor version; raised when ops or capabilities are added. 1.1 added `Open`/`Opened`
 /// (capability [`Capability::OPEN`]); 1.2 added `InputSeq`, input applied at most once across
-/// reconnects (capability [`Capability::INPUT_SEQ`]).
-pub const PROTOCOL_MINOR: u16 = 2;
+/// reconnects (capability [`Capability::INPUT_SEQ`]); 1.3 added `AttachScreen`/`OpenScreen`,
+/// snapshots and typed events (capability [`Capability::SCREEN`]).
+pub const PROTOCOL_MINOR: u16 = 3;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -42,6 +43,10 @@ impl Capability {
     /// `InputSeq`: input sequenced per writer, so a request resent after a reconnect is written
     /// at most once (protocol 1.2).
     pub const INPUT_SEQ: &'static str = "input-seq";
+    /// `AttachScreen`/`OpenScreen`, `Snapshot` and `Event` pushes: a reader that fell behind
+    /// gets the screen instead of a gap, and typed events are delivered once (protocol 1.3). An
+    /// agent started with its terminal model off does not advertise it.
+    pub const SCREEN: &'static str = "screen";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
@@ -52,6 +57,7 @@ impl Capability {
             Self::STATUS,
             Self::OPEN,
             Self::INPUT_SEQ,
+            Self::SCREEN,
         ]
         .into_iter()
         .map(|c| Capability(c.to_string()))

@@ -16,7 +16,8 @@ use crate::envelope::{Envelope, PUSH_ID};
 use crate::error::{DecodeError, ErrorReply};
 use crate::hello::{Hello, Welcome};
 use crate::types::{
-    Binding, EndReason, ExitStatus, Incarnation, LeaseInfo, PaneKey, PtyId, SpawnSpec, TermSize,
+    Binding, EndReason, ExitStatus, Incarnation, LeaseInfo, PaneKey, PtyId, Resume, ScreenEvent,
+    SpawnSpec, TermSize,
 };
 
 /// Keep-alive probe; the agent answers [`Pong`] with the same nonce.
@@ -105,6 +106,58 @@ pub struct Opened {
     pub created: Created,
     /// The subscription, as an [`Attached`] reply would describe it.
     pub attached: Attached,
+}
+
+/// Attach with screen restore (capability `screen`, protocol 1.3): like [`Attach`], but a reader
+/// that fell behind what the agent holds gets a [`Snapshot`] of the screen instead of a gap, and
+/// the pane's typed [`Event`]s after `events_after` are delivered. From then on this subscription
+/// never sends [`OutputGap`]: when the connection falls behind the ring it gets a new snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachScreen {
+    /// The pane.
+    pub pane: PaneKey,
+    /// When set, the pane's PTY must be this one, else [`ErrorReply::Mismatch`].
+    pub expect: Option<PtyId>,
+    /// Where output starts (bytes from an offset, or a snapshot).
+    pub resume: Resume,
+    /// Deliver the pane's events whose key is above this (0: every event the agent still holds).
+    pub events_after: u64,
+}
+
+/// Answer to [`AttachScreen`]. When `snapshot` is set, [`Snapshot`] pushes carrying the offset
+/// `attached.replay_from` come first; output pushes follow from `attached.replay_from` on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenAttached {
+    /// The subscription. `lost` counts the bytes after the requested offset that are not sent as
+    /// bytes (a snapshot stands for them when `snapshot` is set).
+    pub attached: Attached,
+    /// Whether a snapshot precedes the output.
+    pub snapshot: bool,
+}
+
+/// Create-or-attach with screen restore (capability `screen`, protocol 1.3): [`Open`] whose
+/// subscription is that of [`AttachScreen`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenScreen {
+    /// The pane.
+    pub pane: PaneKey,
+    /// What to run if a new PTY is needed (ignored when the pane has a live PTY).
+    pub spec: SpawnSpec,
+    /// Where output starts; `Resume::From(0)` delivers the whole output of a new PTY.
+    pub resume: Resume,
+    /// As in [`AttachScreen::events_after`].
+    pub events_after: u64,
+}
+
+/// Answer to [`OpenScreen`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScreenOpened {
+    /// The pane's binding; `existed: true` when nothing was spawned.
+    pub created: Created,
+    /// The subscription, as in [`ScreenAttached`].
+    pub attached: Attached,
+    /// Whether a snapshot precedes the output.
+    pub snapshot: bool,
 }
 
 /// Keystrokes or pasted bytes for the PTY.
@@ -286,6 +339,41 @@ pub struct Exited {
     pub event_key: u64,
 }
 
+/// One piece of a screen snapshot (capability `screen`). The pieces of one snapshot are sent
+/// back to back, in order, before any later output of the PTY; their `data` concatenated, written
+/// to a terminal of `size`, reproduces the screen as it was after byte `offset - 1` of the output:
+/// the primary screen with a bounded scrollback, the alternate screen on top when a full-screen
+/// program had it, cursor, title and input modes. Output continues from `offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The PTY.
+    pub pty: PtyId,
+    /// Output offset the snapshot corresponds to (bytes since the PTY was created).
+    pub offset: u64,
+    /// Size the snapshot is rendered at: the PTY's size (columns × rows) when it was taken.
+    pub size: TermSize,
+    /// At most [`MAX_OUTPUT_CHUNK`](crate::MAX_OUTPUT_CHUNK) bytes of the snapshot.
+    pub data: Vec<u8>,
+    /// `true` on the last piece.
+    pub last: bool,
+}
+
+/// A typed event a program caused (capability `screen`): bell, title, working directory,
+/// command finished. Sent after the output up to `offset`. `(pty, key)` identifies it across
+/// re-attaches, replays and snapshots: keys count up from 1 per PTY, so a client that applied
+/// key `k` asks for `events_after: k` on its next attach and sees each event once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// The PTY.
+    pub pty: PtyId,
+    /// Event key: 1, 2, 3, ... per PTY.
+    pub key: u64,
+    /// Output offset by which the event had happened (the end of the output read with it).
+    pub offset: u64,
+    /// What happened.
+    pub event: ScreenEvent,
+}
+
 macro_rules! ops {
     ($( $variant:ident = $code:literal ),* $(,)?) => {
         /// Op codes. Explicit, never reused.
@@ -326,6 +414,8 @@ ops! {
     Protect = 0x001A,
     Open = 0x001B,
     InputSeq = 0x001C,
+    AttachScreen = 0x001D,
+    OpenScreen = 0x001E,
     Done = 0x8000,
     Welcome = 0x8001,
     Pong = 0x8002,
@@ -334,9 +424,13 @@ ops! {
     Leases = 0x8017,
     StatusReply = 0x8019,
     Opened = 0x801B,
+    ScreenAttached = 0x801D,
+    ScreenOpened = 0x801E,
     Output = 0x4001,
     OutputGap = 0x4002,
     Exited = 0x4003,
+    Snapshot = 0x4004,
+    Event = 0x4005,
     Error = 0xFFFF,
 }
 
@@ -394,6 +488,8 @@ message_enum! {
         Protect(Protect),
         Open(Open),
         InputSeq(InputSeq),
+        AttachScreen(AttachScreen),
+        OpenScreen(OpenScreen),
     }
 }
 
@@ -408,6 +504,8 @@ message_enum! {
         Leases(Leases),
         StatusReply(Status),
         Opened(Opened),
+        ScreenAttached(ScreenAttached),
+        ScreenOpened(ScreenOpened),
         Error(ErrorReply),
     }
 }
@@ -418,6 +516,8 @@ message_enum! {
         Output(Output),
         OutputGap(OutputGap),
         Exited(Exited),
+        Snapshot(Snapshot),
+        Event(Event),
     }
 }
 

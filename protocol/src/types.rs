@@ -223,3 +223,33 @@ pub struct LeaseInfo {
     /// Current size.
     pub size: TermSize,
 }
+
+/// Where a screen-aware attach starts (capability `screen`, protocol 1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Resume {
+    /// Only output produced from now on; no replay, no snapshot.
+    Now,
+    /// Bytes from this offset if the agent still holds them all, else a snapshot of the screen
+    /// and bytes from the snapshot's offset (never a gap: rule E).
+    From(u64),
+    /// A snapshot of the screen now, then bytes from its offset (for a client with no screen
+    /// state, e.g. a new terminal window or an app after its own restart).
+    Snapshot,
+}
+
+/// Something a program did that is not screen content, delivered as a typed event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScreenEvent {
+    /// BEL (0x07) outside a string sequence.
+    Bell,
+    /// Window title set by OSC 0 or OSC 2 (invalid UTF-8 replaced by U+FFFD).
+    Title(String),
+    /// Working directory reported by OSC 7, as given (usually `file://host/path`).
+    Cwd(String),
+    /// A command finished (OSC 133;D of the FinalTerm/iTerm2 shell-integration marks), with its
+    /// exit code when the shell reported one.
+    CommandFinished {
+        /// Exit code, if reported.
+        exit_code: Option<i32>,
+    },
+}

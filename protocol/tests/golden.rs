@@ -213,3 +213,22 @@ fn input_seq_is_advertised_from_minor_2() {
     assert!(Capability::all().contains(&Capability(Capability::INPUT_SEQ.into())));
     assert_eq!(Op::from_code(0x001C), Some(Op::InputSeq));
 }
+
+#[test]
+fn screen_is_advertised_from_minor_3() {
+    use relay_protocol::{Capability, PROTOCOL_MINOR};
+    // Screen-aware attach/open, snapshots and events came with protocol 1.3, gated by "screen".
+    const { assert!(PROTOCOL_MINOR >= 3, "AttachScreen needs minor 3") };
+    assert_eq!(Capability::SCREEN, "screen");
+    assert!(Capability::all().contains(&Capability(Capability::SCREEN.into())));
+    for (code, op) in [
+        (0x001D, Op::AttachScreen),
+        (0x001E, Op::OpenScreen),
+        (0x801D, Op::ScreenAttached),
+        (0x801E, Op::ScreenOpened),
+        (0x4004, Op::Snapshot),
+        (0x4005, Op::Event),
+    ] {
+        assert_eq!(Op::from_code(code), Some(op));
+    }
+}

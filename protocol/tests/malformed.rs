@@ -183,7 +183,7 @@ fn unknown_op_in_a_well_formed_envelope_reports_id_and_op() {
         (1, 0x0003),
         (300, 0x3FFF),
         (0, 0x4000),
-        (0, 0x4004),
+        (0, 0x4FFF),
         (5, 0x7FFF),
         (u64::MAX, 0x8003),
         (9, 0xFFFE),

@@ -13,14 +13,15 @@
 mod errors;
 
 use relay_protocol::message::{
-    Ack, Attach, Attached, Create, Created, Detach, Done, Exited, Input, InputSeq, Kill,
-    LeaseCounts, Leases, ListLeases, Open, Opened, Output, OutputGap, Ping, Pong, Protect, Resize,
-    Signal, Status, StatusRequest,
+    Ack, Attach, AttachScreen, Attached, Create, Created, Detach, Done, Event, Exited, Input,
+    InputSeq, Kill, LeaseCounts, Leases, ListLeases, Open, OpenScreen, Opened, Output, OutputGap,
+    Ping, Pong, Protect, Resize, ScreenAttached, ScreenOpened, Signal, Snapshot, Status,
+    StatusRequest,
 };
 use relay_protocol::{
     Binding, Capability, EndReason, ErrorReply, ExitStatus, Hello, Incarnation, LeaseInfo,
-    LeaseState, Limits, Message, PaneKey, PtyId, Push, Request, Response, SpawnSpec, TermSize,
-    Welcome, MAGIC,
+    LeaseState, Limits, Message, PaneKey, PtyId, Push, Request, Response, Resume, ScreenEvent,
+    SpawnSpec, TermSize, Welcome, MAGIC,
 };
 
 /// One row of the golden table.
@@ -348,6 +349,58 @@ pub fn cases() -> Vec<Golden> {
             ),
             "13 1c 17 03617069027431026c32ef9bafcdf8acd1910107 07 01 00",
         ),
+        golden(
+            "attach_screen_from",
+            req(
+                20,
+                Request::AttachScreen(AttachScreen {
+                    pane: pane(),
+                    expect: Some(pty(7)),
+                    resume: Resume::From(300),
+                    events_after: 5,
+                }),
+            ),
+            "14 1d 19 03617069027431026c32 01ef9bafcdf8acd1910107 01ac02 05",
+        ),
+        golden(
+            "attach_screen_snapshot",
+            req(
+                21,
+                Request::AttachScreen(AttachScreen {
+                    pane: pane(),
+                    expect: None,
+                    resume: Resume::Snapshot,
+                    events_after: 0,
+                }),
+            ),
+            "15 1d 0d 03617069027431026c32 00 02 00",
+        ),
+        golden(
+            "attach_screen_now",
+            req(
+                22,
+                Request::AttachScreen(AttachScreen {
+                    pane: pane(),
+                    expect: None,
+                    resume: Resume::Now,
+                    events_after: 0,
+                }),
+            ),
+            "16 1d 0d 03617069027431026c32 00 00 00",
+        ),
+        golden(
+            "open_screen",
+            req(
+                23,
+                Request::OpenScreen(OpenScreen {
+                    pane: pane(),
+                    spec: SpawnSpec::default(),
+                    resume: Resume::From(0),
+                    events_after: 0,
+                }),
+            ),
+            "17 1e 13 03617069027431026c32 000000501800 0100 00",
+        ),
         // ---- responses ----
         golden("done", resp(6, Response::Done(Done {})), "06 808002 00"),
         golden(
@@ -575,6 +628,105 @@ fn push_cases() -> Vec<Golden> {
                 "00 838001 20 03617069027431026c32ef9bafcdf8acd1910107 01 ",
                 "01064b696c6c6564 01 8020",
             ),
+        ),
+        golden(
+            "screen_attached",
+            resp(
+                20,
+                Response::ScreenAttached(ScreenAttached {
+                    attached: Attached {
+                        binding: binding(),
+                        replay_from: 5000,
+                        end_offset: 5000,
+                        lost: 4700,
+                        size: size(),
+                    },
+                    snapshot: true,
+                }),
+            ),
+            "14 9d8002 1e 03617069027431026c32ef9bafcdf8acd1910107 8827 8827 dc24 c80132 01",
+        ),
+        golden(
+            "screen_opened",
+            resp(
+                23,
+                Response::ScreenOpened(ScreenOpened {
+                    created: Created {
+                        binding: binding(),
+                        existed: true,
+                    },
+                    attached: Attached {
+                        binding: binding(),
+                        replay_from: 0,
+                        end_offset: 12,
+                        lost: 0,
+                        size: size(),
+                    },
+                    snapshot: false,
+                }),
+            ),
+            "17 9e8002 30 03617069027431026c32ef9bafcdf8acd1910107 01 03617069027431026c32ef9bafcdf8acd1910107 00 0c 00 c80132 00",
+        ),
+        golden(
+            "snapshot",
+            push(Push::Snapshot(Snapshot {
+                pty: pty(7),
+                offset: 5000,
+                size: size(),
+                data: b"\x1b[Hhi".to_vec(),
+                last: true,
+            })),
+            "00 848001 16 ef9bafcdf8acd1910107 8827 c80132 051b5b486869 01",
+        ),
+        golden(
+            "event_bell",
+            push(Push::Event(Event {
+                pty: pty(7),
+                key: 1,
+                offset: 300,
+                event: ScreenEvent::Bell,
+            })),
+            "00 858001 0e ef9bafcdf8acd1910107 01 ac02 00",
+        ),
+        golden(
+            "event_title",
+            push(Push::Event(Event {
+                pty: pty(7),
+                key: 2,
+                offset: 300,
+                event: ScreenEvent::Title("vim".into()),
+            })),
+            "00 858001 12 ef9bafcdf8acd1910107 02 ac02 01 0376696d",
+        ),
+        golden(
+            "event_cwd",
+            push(Push::Event(Event {
+                pty: pty(7),
+                key: 3,
+                offset: 301,
+                event: ScreenEvent::Cwd("file://h/tmp".into()),
+            })),
+            "00 858001 1b ef9bafcdf8acd1910107 03 ad02 02 0c66696c653a2f2f682f746d70",
+        ),
+        golden(
+            "event_command_finished",
+            push(Push::Event(Event {
+                pty: pty(7),
+                key: 4,
+                offset: 302,
+                event: ScreenEvent::CommandFinished { exit_code: Some(-1) },
+            })),
+            "00 858001 10 ef9bafcdf8acd1910107 04 ae02 03 0101",
+        ),
+        golden(
+            "event_command_finished_no_code",
+            push(Push::Event(Event {
+                pty: pty(7),
+                key: 5,
+                offset: 302,
+                event: ScreenEvent::CommandFinished { exit_code: None },
+            })),
+            "00 858001 0f ef9bafcdf8acd1910107 05 ae02 03 00",
         ),
     ]
 }
