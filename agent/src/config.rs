@@ -31,6 +31,11 @@ pub struct Config {
     pub max_pending_input: usize,
     /// Pushes/replies queued per connection before producers wait.
     pub connection_queue: usize,
+    /// Scrollback lines each PTY's terminal model keeps for snapshots (env
+    /// `RELAY_SCROLLBACK_LINES`, default 1,000); `None` when the model is off (env
+    /// `RELAY_SCREEN_MODEL=off`: no snapshots, no events, the `screen` capability is not
+    /// advertised — for measuring the model's cost).
+    pub scrollback_lines: Option<usize>,
 }
 
 impl Default for Config {
@@ -44,6 +49,7 @@ impl Default for Config {
             exit_output_grace: Duration::from_millis(500),
             max_pending_input: 4 * 1024 * 1024,
             connection_queue: 64,
+            scrollback_lines: Some(crate::screen::DEFAULT_SCROLLBACK_LINES),
         }
     }
 }
@@ -64,6 +70,18 @@ impl Config {
         }
         if let Some(ms) = number("RELAY_EXIT_OUTPUT_GRACE_MS")? {
             c.exit_output_grace = Duration::from_millis(ms);
+        }
+        if let Some(n) = number("RELAY_SCROLLBACK_LINES")? {
+            c.scrollback_lines = Some(usize::try_from(n).map_err(|e| e.to_string())?);
+        }
+        match std::env::var("RELAY_SCREEN_MODEL").as_deref() {
+            Err(_) | Ok("" | "on") => {}
+            Ok("off") => c.scrollback_lines = None,
+            Ok(other) => {
+                return Err(format!(
+                    "RELAY_SCREEN_MODEL={other:?} is not valid; use \"on\" (default) or \"off\""
+                ))
+            }
         }
         if let Ok(v) = std::env::var("RELAY_AGENT_ADVERTISE_VERSION") {
             if !v.is_empty() {

@@ -264,7 +264,10 @@ fn welcome(state: &State, chunk: usize) -> Welcome {
         minor: PROTOCOL_MINOR,
         agent_version: config.advertise_version.clone(),
         incarnation: state.incarnation(),
-        capabilities: Capability::all(),
+        capabilities: Capability::all()
+            .into_iter()
+            .filter(|c| c.0 != Capability::SCREEN || config.scrollback_lines.is_some())
+            .collect(),
         limits: Limits {
             max_frame: DEFAULT_MAX_FRAME,
             window: config.window,

@@ -32,6 +32,7 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
             return None;
         }
         Request::Attach(a) => session.attach(a).map(Response::Attached),
+        Request::AttachScreen(a) => session.attach_screen(a).map(Response::ScreenAttached),
         Request::Input(i) => state.input(i).map(done),
         Request::InputSeq(i) => state.input_seq(i).map(done),
         Request::Resize(r) => state.resize(r).map(done),
@@ -51,6 +52,10 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
             session.open(id, o);
             return None;
         }
+        Request::OpenScreen(o) => match session.open_screen(id, o) {
+            Ok(()) => return None,
+            Err(e) => Err(e),
+        },
     };
     Some(result.unwrap_or_else(Response::Error))
 }

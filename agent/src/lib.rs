@@ -19,6 +19,7 @@
 //! - [`lease`]: lease table, PTY id minting, binding checks (rules B, C, D);
 //! - [`credit`]: per-subscription credit window;
 //! - [`input_seq`]: per-PTY last applied seq of each input writer (`InputSeq` written once);
+//! - [`screen`]: a terminal model per PTY (snapshots with scrollback and alternate screen, events);
 //! - [`limits`]: request size limits and fitting `ListLeases` into a frame.
 //!
 //! IO around it:
@@ -54,6 +55,7 @@ pub mod orphan;
 pub mod paths;
 pub mod pty;
 pub mod ring;
+pub mod screen;
 pub mod server;
 pub mod session;
 pub mod shell;

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 
 use crate::input_seq::{Applied, WriterTable};
 use crate::ring::Ring;
+use crate::screen::{worker, PtyScreen, ScreenFeed};
 use crate::shell;
 
 /// How an ended PTY is announced to subscribers.
@@ -67,6 +68,8 @@ pub struct Pty {
     reaped: Arc<Mutex<bool>>,
     last_output_ms: Arc<AtomicU64>,
     size: Mutex<TermSize>,
+    /// The terminal model, unless the daemon runs with it off.
+    screen: Option<ScreenFeed>,
 }
 
 /// A freshly spawned PTY whose waiter is not started yet (the daemon first records the lease).
@@ -80,7 +83,8 @@ pub struct Spawned {
 }
 
 impl Pty {
-    /// Spawns `spec` in a new PTY for `binding`, with a replay ring of `ring_bytes`.
+    /// Spawns `spec` in a new PTY for `binding`, with a replay ring of `ring_bytes` and, unless
+    /// `scrollback` is `None` (model off), a terminal model keeping that many scrollback lines.
     ///
     /// # Errors
     /// [`ErrorReply::SpawnFailed`] (bad cwd, program not found, PTY allocation failed) or
@@ -89,6 +93,7 @@ impl Pty {
         binding: Binding,
         spec: &SpawnSpec,
         ring_bytes: usize,
+        scrollback: Option<usize>,
     ) -> Result<Spawned, ErrorReply> {
         let prepared = shell::prepare(spec)?;
         let size = if spec.size.cols == 0 || spec.size.rows == 0 {
@@ -130,6 +135,11 @@ impl Pty {
         };
         let (input, input_rx) = mpsc::channel::<Vec<u8>>();
         let (eof_tx, eof) = mpsc::channel::<()>();
+        let ring = Arc::new(Mutex::new(Ring::new(ring_bytes)));
+        let screen = scrollback.map(|lines| ScreenFeed {
+            screen: Arc::new(PtyScreen::new(binding.pty, size, lines)),
+            ring: Arc::clone(&ring),
+        });
         let pty = Arc::new(Pty {
             binding,
             pid,
@@ -137,11 +147,12 @@ impl Pty {
             input,
             pending_input: Arc::new(AtomicUsize::new(0)),
             input_seq: Mutex::new(WriterTable::new()),
-            ring: Arc::new(Mutex::new(Ring::new(ring_bytes))),
+            ring,
             progress: watch::Sender::new(Progress::default()),
             reaped: Arc::new(Mutex::new(false)),
             last_output_ms: Arc::new(AtomicU64::new(0)),
             size: Mutex::new(size),
+            screen,
         });
         pty.start_reader(reader, eof_tx);
         pty.start_writer(writer, input_rx);
@@ -166,6 +177,11 @@ impl Pty {
     /// The replay ring (locked briefly by readers; never across `.await`).
     pub fn ring(&self) -> &Mutex<Ring> {
         &self.ring
+    }
+
+    /// The terminal model, unless the daemon runs with it off.
+    pub fn screen(&self) -> Option<&Arc<PtyScreen>> {
+        self.screen.as_ref().map(|f| &f.screen)
     }
 
     /// A receiver of output/exit progress.
@@ -249,6 +265,9 @@ impl Pty {
                 message: format!("resize of {} failed: {e:#}", self.binding),
             })?;
         *self.size.lock().unwrap_or_else(|p| p.into_inner()) = size;
+        if let Some(feed) = &self.screen {
+            feed.screen.resize(&feed.ring, size);
+        }
         Ok(())
     }
 
@@ -317,6 +336,7 @@ impl Pty {
         let ring = Arc::clone(&self.ring);
         let progress = self.progress.clone();
         let last = Arc::clone(&self.last_output_ms);
+        let screen = self.screen.clone();
         let name = format!("relay-read-{}", self.binding.pty.counter);
         let spawned = thread::Builder::new().name(name).spawn(move || {
             let _eof = eof; // Dropped on return: tells the waiter that output is finished.
@@ -325,6 +345,13 @@ impl Pty {
                 match reader.read(&mut buf) {
                     Ok(0) => return,
                     Ok(n) => {
+                        if let Some(feed) = &screen {
+                            let (end, capacity) = {
+                                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                                (ring.end(), ring.capacity())
+                            };
+                            feed.screen.before_append(&ring, end, capacity, n);
+                        }
                         let end = {
                             let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
                             ring.append(&buf[..n]);
@@ -332,6 +359,9 @@ impl Pty {
                         };
                         last.store(crate::now_ms(), Ordering::Relaxed);
                         progress.send_modify(|p| p.end = end);
+                        if let Some(feed) = &screen {
+                            worker::request_catch_up(feed);
+                        }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(_) => return,
@@ -402,6 +432,10 @@ impl Spawned {
             };
             // Output finished (reader EOF) or the grace passed.
             let _ = eof.recv_timeout(output_grace);
+            // Events up to the exit are recorded before `Exited` can go out.
+            if let Some(feed) = &pty.screen {
+                feed.screen.catch_up(&feed.ring);
+            }
             on_exit(status);
         });
         if let Err(e) = spawned {

@@ -11,15 +11,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use relay_protocol::message::{Ack, Attach, Attached, Create, Created, Detach, Open, Opened};
-use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response};
+use relay_protocol::message::{
+    Ack, Attach, AttachScreen, Attached, Create, Created, Detach, Open, OpenScreen, Opened,
+    ScreenAttached, ScreenOpened,
+};
+use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response, Resume};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::limits;
 use crate::pty::Pty;
 use crate::state::State;
-use crate::subscription::Subscription;
+use crate::subscription::{Mode, Start, Subscription};
 
 /// How many finished opens may wait for the read loop.
 const OPENED_QUEUE: usize = 16;
@@ -28,13 +31,16 @@ const OPENED_QUEUE: usize = 16;
 /// `Attached` reply precedes its output.
 struct Staged {
     pty: Arc<Pty>,
-    start: u64,
+    start: Start,
+    mode: Mode,
 }
 
-/// A finished `Open` on its way back to the read loop.
+/// A finished `Open` or `OpenScreen` on its way back to the read loop.
 pub struct OpenDone {
     id: u64,
-    resume_from: Option<u64>,
+    resume: Resume,
+    /// `Some` for `OpenScreen`.
+    screen: Option<Mode>,
     result: Result<(Created, Counted), ErrorReply>,
 }
 
@@ -117,19 +123,66 @@ impl Session {
     pub fn attach(&mut self, req: Attach) -> Result<Attached, ErrorReply> {
         limits::check_pane(&req.pane)?;
         let pty = self.state.attach(&req.pane, req.expect)?;
-        self.subscribe(pty, req.resume_from)
+        let (attached, _) = self.subscribe(pty, legacy_resume(req.resume_from), Mode::Bytes)?;
+        Ok(attached)
+    }
+
+    /// `AttachScreen` (capability `screen`): attach whose start may be a snapshot, and whose
+    /// subscription forwards events and resnapshots instead of reporting gaps.
+    ///
+    /// # Errors
+    /// As [`Session::attach`]; `Unsupported` when this daemon runs with its terminal model off.
+    pub fn attach_screen(&mut self, req: AttachScreen) -> Result<ScreenAttached, ErrorReply> {
+        self.require_screen()?;
+        limits::check_pane(&req.pane)?;
+        let pty = self.state.attach(&req.pane, req.expect)?;
+        let mode = Mode::Screen {
+            events_after: req.events_after,
+        };
+        let (attached, snapshot) = self.subscribe(pty, req.resume, mode)?;
+        Ok(ScreenAttached { attached, snapshot })
+    }
+
+    fn require_screen(&self) -> Result<(), ErrorReply> {
+        match self.state.config().scrollback_lines {
+            Some(_) => Ok(()),
+            None => Err(ErrorReply::Unsupported {
+                op: relay_protocol::Op::AttachScreen as u16,
+            }),
+        }
     }
 
     /// Starts an `Open` with request id `id` in its own task (create under the pane gate, which
     /// may wait for a spawn). Its result arrives on [`Session::next_opened`].
     pub fn open(&self, id: u64, req: Open) {
+        let create = Create {
+            pane: req.pane,
+            spec: req.spec,
+        };
+        self.start_open(id, create, legacy_resume(req.resume_from), None);
+    }
+
+    /// Starts an `OpenScreen` like [`Session::open`]; its reply is `ScreenOpened`.
+    ///
+    /// # Errors
+    /// `Unsupported` when this daemon runs with its terminal model off (nothing is spawned).
+    pub fn open_screen(&self, id: u64, req: OpenScreen) -> Result<(), ErrorReply> {
+        self.require_screen()?;
+        let create = Create {
+            pane: req.pane,
+            spec: req.spec,
+        };
+        let mode = Mode::Screen {
+            events_after: req.events_after,
+        };
+        self.start_open(id, create, req.resume, Some(mode));
+        Ok(())
+    }
+
+    fn start_open(&self, id: u64, create: Create, resume: Resume, screen: Option<Mode>) {
         let state = self.state.clone();
         let done = self.opened_tx.clone();
         let task = async move {
-            let create = Create {
-                pane: req.pane,
-                spec: req.spec,
-            };
             let result = state.create_attached(create).await.map(|(created, pty)| {
                 let counted = Counted {
                     state: state.clone(),
@@ -139,7 +192,8 @@ impl Session {
             });
             let finished = OpenDone {
                 id,
-                resume_from: req.resume_from,
+                resume,
+                screen,
                 result,
             };
             // Fails only when the session is gone; dropping `finished` gives the count back.
@@ -156,37 +210,78 @@ impl Session {
     /// Subscribes a finished `Open` like an attach; returns its request id and reply. Call
     /// [`Session::start_staged`] after queuing the reply.
     pub fn finish_open(&mut self, done: OpenDone) -> (u64, Response) {
+        let mode = done.screen.unwrap_or(Mode::Bytes);
         let reply = match done.result {
-            Ok((created, counted)) => self
-                .subscribe(counted.take(), done.resume_from)
-                .map(|attached| Response::Opened(Opened { created, attached })),
+            Ok((created, counted)) => {
+                self.subscribe(counted.take(), done.resume, mode)
+                    .map(|(attached, snapshot)| match done.screen {
+                        Some(_) => Response::ScreenOpened(ScreenOpened {
+                            created,
+                            attached,
+                            snapshot,
+                        }),
+                        None => Response::Opened(Opened { created, attached }),
+                    })
+            }
             Err(e) => Err(e),
         };
         (done.id, reply.unwrap_or_else(Response::Error))
     }
 
     /// Stages this connection's subscription to `pty`, whose attach count the caller already
-    /// took, from `resume_from` (see `Attach`). Works on a PTY that has ended meanwhile: the
-    /// subscription delivers what the ring holds, then `Exited`. Shared by `Attach` and `Open`.
-    /// An earlier subscription of this connection to the PTY is replaced, but only once the new
-    /// one is accepted.
+    /// took, from `resume` (see `Attach` and `AttachScreen`). Works on a PTY that has ended
+    /// meanwhile: the subscription delivers what the ring holds, then `Exited`. Shared by
+    /// `Attach`, `Open` and their screen forms. An earlier subscription of this connection to the
+    /// PTY is replaced, but only once the new one is accepted. Returns the reply's `Attached` and
+    /// whether a snapshot starts the output (only in [`Mode::Screen`]; the snapshot is taken
+    /// here, after parsing what the model has not seen yet).
     ///
     /// # Errors
-    /// `BadRequest` for a `resume_from` beyond the output end (the attach count is given back;
+    /// `BadRequest` for a resume offset beyond the output end (the attach count is given back;
     /// an earlier subscription keeps running).
     fn subscribe(
         &mut self,
         pty: Arc<Pty>,
-        resume_from: Option<u64>,
-    ) -> Result<Attached, ErrorReply> {
+        resume: Resume,
+        mode: Mode,
+    ) -> Result<(Attached, bool), ErrorReply> {
         let id = pty.binding().pty;
         let (start, end) = {
             let ring = pty.ring().lock().unwrap_or_else(|p| p.into_inner());
             (ring.start(), ring.end())
         };
-        let (replay_from, lost) = match resume_from {
-            None => (end, 0),
-            Some(r) if r > end => {
+        let screen = pty.screen().filter(|_| matches!(mode, Mode::Screen { .. }));
+        let wants_snapshot = match resume {
+            Resume::Snapshot => true,
+            Resume::From(r) => r < start && r <= end,
+            Resume::Now => false,
+        };
+        if let (Some(screen), true) = (screen, wants_snapshot) {
+            let snapshot = screen.snapshot(pty.ring());
+            let lost = match resume {
+                Resume::From(r) => snapshot.offset - r,
+                _ => 0,
+            };
+            if self.subs.remove(&id).is_some() {
+                self.state.detached(&id);
+            }
+            let attached = Attached {
+                binding: pty.binding().clone(),
+                replay_from: snapshot.offset,
+                end_offset: snapshot.offset,
+                lost,
+                size: snapshot.size,
+            };
+            self.staged.push(Staged {
+                pty,
+                start: Start::Snapshot(snapshot),
+                mode,
+            });
+            return Ok((attached, true));
+        }
+        let (replay_from, lost) = match resume {
+            Resume::Now | Resume::Snapshot => (end, 0),
+            Resume::From(r) if r > end => {
                 self.state.detached(&id);
                 return Err(ErrorReply::BadRequest {
                     message: format!(
@@ -195,8 +290,8 @@ impl Session {
                     ),
                 });
             }
-            Some(r) if r < start => (start, start - r),
-            Some(r) => (r, 0),
+            Resume::From(r) if r < start => (start, start - r),
+            Resume::From(r) => (r, 0),
         };
         if self.subs.remove(&id).is_some() {
             self.state.detached(&id);
@@ -210,9 +305,10 @@ impl Session {
         };
         self.staged.push(Staged {
             pty,
-            start: replay_from,
+            start: Start::Bytes(replay_from),
+            mode,
         });
-        Ok(attached)
+        Ok((attached, false))
     }
 
     /// Starts the subscriptions staged by [`Session::attach`]; call after queuing its reply.
@@ -220,8 +316,14 @@ impl Session {
         let window = self.terms.credit.then_some(self.state.config().window);
         for s in self.staged.drain(..) {
             let id = s.pty.binding().pty;
-            let sub =
-                Subscription::start(s.pty, s.start, window, self.terms.chunk, self.out.clone());
+            let sub = Subscription::start(
+                s.pty,
+                s.start,
+                s.mode,
+                window,
+                self.terms.chunk,
+                self.out.clone(),
+            );
             if self.subs.insert(id, sub).is_some() {
                 // Two stagings of one PTY in one request cannot happen; keep the count right.
                 self.state.detached(&id);
@@ -264,6 +366,11 @@ impl Session {
             sub.ack(req.offset);
         }
     }
+}
+
+/// The base protocol's `resume_from` as a [`Resume`].
+fn legacy_resume(resume_from: Option<u64>) -> Resume {
+    resume_from.map_or(Resume::Now, Resume::From)
 }
 
 impl Drop for Session {

@@ -255,8 +255,9 @@ impl State {
             pty: pty_id,
         };
         let ring = self.inner.config.replay_bytes;
+        let scrollback = self.inner.config.scrollback_lines;
         let (b, spec) = (binding.clone(), req.spec);
-        let spawned = tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring))
+        let spawned = tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring, scrollback))
             .await
             .map_err(|e| ErrorReply::Internal {
                 message: format!("spawn task failed: {e}"),

@@ -1,0 +1,12 @@
+//! Terminal screens: a model per PTY, snapshots at exact offsets, typed events (rule E).
+//!
+//! - [`model`]: the [`TerminalModel`] trait and its vt100 implementation (sans-IO);
+//! - [`pty_screen`]: one PTY's model fed from its ring, snapshots, the bounded event list;
+//! - [`worker`]: the daemon's one thread that keeps models caught up.
+
+mod model;
+pub mod pty_screen;
+pub mod worker;
+
+pub use model::*;
+pub use pty_screen::{PtyScreen, ScreenFeed, TakenSnapshot, MAX_EVENTS};

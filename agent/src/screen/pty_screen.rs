@@ -1,0 +1,224 @@
+//! One PTY's terminal model as the daemon uses it: fed from the replay ring, snapshots at an exact
+//! offset, and the bounded list of typed events with their keys.
+//!
+//! The model is fed from the ring, not by the PTY reader directly: the reader appends to the ring
+//! and asks the shared [`worker`](super::worker) to catch the model up, so parsing runs beside
+//! the reader instead of slowing it down. Only when the model lags so far that the next append
+//! would drop bytes it has not parsed does the reader parse them itself first
+//! ([`PtyScreen::before_append`]); the model therefore sees every byte, in order (rule E), and the
+//! reader never waits for a client (rule F).
+//!
+//! Lock order: the screen lock, then the ring lock (held only to copy bytes out).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use relay_protocol::message::Event;
+use relay_protocol::{PtyId, ScreenEvent as WireEvent, TermSize};
+use tokio::sync::watch;
+
+use super::model::{ScreenEvent, TerminalModel, Vt100Model};
+use crate::ring::{ReadFrom, Ring};
+
+/// Events kept per PTY for clients that attach later (the oldest are dropped first).
+pub const MAX_EVENTS: usize = 256;
+
+/// Bytes parsed per ring read while catching up.
+const CATCH_UP_CHUNK: usize = 64 * 1024;
+
+/// A snapshot taken at an exact output offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenSnapshot {
+    /// Output offset it corresponds to; output continues from here.
+    pub offset: u64,
+    /// Size it is rendered at (the model's size: the PTY's).
+    pub size: TermSize,
+    /// The bytes that reproduce the screen on a fresh terminal of `size`.
+    pub data: Vec<u8>,
+}
+
+/// The terminal model of one PTY and its events. Shared as `Arc<PtyScreen>`.
+pub struct PtyScreen {
+    pty: PtyId,
+    inner: Mutex<Inner>,
+    /// Mirror of `Inner::fed` readable without the lock (the reader's lag check).
+    fed: AtomicU64,
+    /// Set while a catch-up is queued on the worker, so a flood queues one job, not thousands.
+    queued: AtomicBool,
+    /// Highest event key recorded (0: none yet); subscriptions wait on it.
+    keys: watch::Sender<u64>,
+}
+
+struct Inner {
+    model: Box<dyn TerminalModel>,
+    /// Output offset up to which the model has parsed.
+    fed: u64,
+    events: VecDeque<Event>,
+    found: Vec<ScreenEvent>,
+}
+
+impl PtyScreen {
+    /// A model of `size` (columns × rows) keeping `scrollback_lines` lines of scrollback.
+    pub fn new(pty: PtyId, size: TermSize, scrollback_lines: usize) -> Self {
+        let model = Vt100Model::new(size.cols, size.rows, scrollback_lines);
+        PtyScreen {
+            pty,
+            inner: Mutex::new(Inner {
+                model: Box::new(model),
+                fed: 0,
+                events: VecDeque::new(),
+                found: Vec::new(),
+            }),
+            fed: AtomicU64::new(0),
+            queued: AtomicBool::new(false),
+            keys: watch::Sender::new(0),
+        }
+    }
+
+    /// Called by the PTY reader before appending `incoming` bytes to `ring`: when the append would
+    /// drop bytes the model has not parsed yet, parse up to the ring's end now (on the reader's
+    /// thread). Usually a lock-free check and nothing else.
+    pub fn before_append(
+        &self,
+        ring: &Mutex<Ring>,
+        ring_end: u64,
+        capacity: usize,
+        incoming: usize,
+    ) {
+        let fed = self.fed.load(Ordering::Acquire);
+        if ring_end + incoming as u64 - fed > capacity as u64 {
+            self.catch_up(ring);
+        }
+    }
+
+    /// Marks a catch-up as queued; returns `false` when one already is (the caller then need not
+    /// queue another: the queued one will read up to the ring's end when it runs).
+    pub(super) fn mark_queued(&self) -> bool {
+        !self.queued.swap(true, Ordering::AcqRel)
+    }
+
+    /// Clears the queued mark; called by the worker right before it catches up, so bytes appended
+    /// meanwhile queue a new job.
+    pub(super) fn clear_queued(&self) {
+        self.queued.store(false, Ordering::Release);
+    }
+
+    /// Parses everything the ring holds beyond what the model has seen.
+    pub fn catch_up(&self, ring: &Mutex<Ring>) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.catch_up_locked(&mut inner, ring);
+    }
+
+    fn catch_up_locked(&self, inner: &mut Inner, ring: &Mutex<Ring>) {
+        loop {
+            let read = ring
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .read_from(inner.fed, CATCH_UP_CHUNK);
+            match read {
+                ReadFrom::Data(data) => {
+                    let Inner {
+                        model, found, fed, ..
+                    } = &mut *inner;
+                    model.feed(&data, found);
+                    *fed += data.len() as u64;
+                    self.fed.store(*fed, Ordering::Release);
+                    self.record_events(inner);
+                }
+                ReadFrom::Gap { from, to } => {
+                    // Cannot happen while the reader calls `before_append`; if it does, say so
+                    // rather than parse from the middle silently.
+                    tracing::error!(pty = %self.pty, from, to, "terminal model missed output; its screen may be wrong until the program redraws");
+                    inner.fed = to;
+                    self.fed.store(to, Ordering::Release);
+                }
+                ReadFrom::End | ReadFrom::Beyond { .. } => return,
+            }
+        }
+    }
+
+    fn record_events(&self, inner: &mut Inner) {
+        if inner.found.is_empty() {
+            return;
+        }
+        let mut key = *self.keys.borrow();
+        for found in inner.found.drain(..) {
+            key += 1;
+            inner.events.push_back(Event {
+                pty: self.pty,
+                key,
+                offset: inner.fed,
+                event: wire_event(found),
+            });
+        }
+        while inner.events.len() > MAX_EVENTS {
+            inner.events.pop_front();
+        }
+        self.keys.send_replace(key);
+    }
+
+    /// Catches up and takes a snapshot at the ring's end. Costs a parse of the lag (normally
+    /// small) plus the rendering (well under a millisecond for a 120×40 screen).
+    pub fn snapshot(&self, ring: &Mutex<Ring>) -> TakenSnapshot {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.catch_up_locked(&mut inner, ring);
+        let (cols, rows) = inner.model.size();
+        TakenSnapshot {
+            offset: inner.fed,
+            size: TermSize { cols, rows },
+            data: inner.model.snapshot(),
+        }
+    }
+
+    /// The PTY was resized: output read so far is parsed at the old size, then the model takes
+    /// the new one.
+    pub fn resize(&self, ring: &Mutex<Ring>, size: TermSize) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.catch_up_locked(&mut inner, ring);
+        inner.model.resize(size.cols, size.rows);
+    }
+
+    /// Whether a full-screen program has the alternate screen (as far as the model has parsed).
+    pub fn alternate_screen(&self) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.model.alternate_screen()
+    }
+
+    /// A receiver of the highest event key (changes whenever events are recorded).
+    pub fn watch_keys(&self) -> watch::Receiver<u64> {
+        self.keys.subscribe()
+    }
+
+    /// Held events with a key above `after` and an offset at most `upto`, in key order.
+    pub fn events(&self, after: u64, upto: u64) -> Vec<Event> {
+        if *self.keys.borrow() <= after {
+            return Vec::new();
+        }
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner
+            .events
+            .iter()
+            .filter(|e| e.key > after && e.offset <= upto)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Shared handles the worker needs to catch one PTY's model up.
+#[derive(Clone)]
+pub struct ScreenFeed {
+    /// The model.
+    pub screen: Arc<PtyScreen>,
+    /// The PTY's ring.
+    pub ring: Arc<Mutex<Ring>>,
+}
+
+fn wire_event(e: ScreenEvent) -> WireEvent {
+    match e {
+        ScreenEvent::Bell => WireEvent::Bell,
+        ScreenEvent::Title(t) => WireEvent::Title(t),
+        ScreenEvent::Cwd(c) => WireEvent::Cwd(c),
+        ScreenEvent::CommandFinished { exit_code } => WireEvent::CommandFinished { exit_code },
+    }
+}

@@ -1,0 +1,57 @@
+//! The one thread that keeps every PTY's terminal model caught up with its ring.
+//!
+//! PTY readers hand it work after each append ([`request_catch_up`]); at most one job per PTY is
+//! queued at a time, and a job parses everything the ring holds when it runs. With one thread for
+//! the whole daemon, 1,000 idle panes cost no threads here. A flood that outruns it is parsed by
+//! the reader itself before bytes would be dropped ([`PtyScreen::before_append`]).
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread;
+
+use super::pty_screen::{PtyScreen, ScreenFeed};
+use crate::ring::Ring;
+
+type Job = (Weak<PtyScreen>, Weak<Mutex<Ring>>);
+
+static WORKER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
+
+fn worker() -> Option<&'static mpsc::Sender<Job>> {
+    WORKER
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let spawned = thread::Builder::new()
+                .name("relay-screen".into())
+                .spawn(move || {
+                    for (screen, ring) in rx {
+                        let (Some(screen), Some(ring)) = (screen.upgrade(), ring.upgrade()) else {
+                            continue;
+                        };
+                        screen.clear_queued();
+                        screen.catch_up(&ring);
+                    }
+                });
+            match spawned {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::error!("could not start the terminal model thread ({e}); PTY readers parse their output themselves");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Asks the worker to parse what `feed`'s ring holds beyond its model (no-op when a job for it is
+/// already queued). Without a worker thread, parses here.
+pub fn request_catch_up(feed: &ScreenFeed) {
+    if !feed.screen.mark_queued() {
+        return;
+    }
+    let job = (Arc::downgrade(&feed.screen), Arc::downgrade(&feed.ring));
+    let sent = worker().is_some_and(|w| w.send(job).is_ok());
+    if !sent {
+        feed.screen.clear_queued();
+        feed.screen.catch_up(&feed.ring);
+    }
+}
