@@ -331,6 +331,12 @@ pub struct Collected {
     pub resumed: Vec<u64>,
     /// Re-attaches that proved nothing ([`PaneEvent::Unresolved`]).
     pub unresolved: Vec<String>,
+    /// Snapshots received ([`PaneEvent::Snapshot`]): offset and bytes, in order.
+    pub snapshots: Vec<(u64, Vec<u8>)>,
+    /// Typed events received ([`PaneEvent::Event`]): key and event, in order.
+    pub events: Vec<(u64, relay_protocol::ScreenEvent)>,
+    /// Everything a terminal showing this pane was given: snapshots and output, in order.
+    pub terminal: Vec<u8>,
     /// The end proven on a re-attach ([`PaneEvent::Ended`]): reason and exit, if seen.
     pub ended: Option<(
         relay_protocol::EndReason,
@@ -363,7 +369,15 @@ impl Collected {
                 }
                 self.end = offset + data.len() as u64;
                 self.data.extend_from_slice(&data);
+                self.terminal.extend_from_slice(&data);
             }
+            PaneEvent::Snapshot { offset, data, .. } => {
+                self.start.get_or_insert(offset);
+                self.end = offset;
+                self.terminal.extend_from_slice(&data);
+                self.snapshots.push((offset, data));
+            }
+            PaneEvent::Event { key, event, .. } => self.events.push((key, event)),
             PaneEvent::Gap { from, to } => {
                 self.gaps.push((from, to));
                 self.start.get_or_insert(to);

@@ -64,7 +64,7 @@ mod workspace;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use relay_protocol::{Binding, PaneKey, PtyId, Request, Response, SpawnSpec, TermSize};
+use relay_protocol::{Binding, PaneKey, PtyId, Request, Response, Resume, SpawnSpec, TermSize};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -75,7 +75,7 @@ pub use state::HostState;
 pub use workspace::Workspace;
 
 use crate::pane::{PaneHandle, PaneSink};
-use crate::session::{Route, RouteStart};
+use crate::session::{attached_of, Route, RouteStart};
 use crate::transport::Transport;
 use crate::{Error, Session};
 use panes::{HostLink, Live, Registry};
@@ -255,9 +255,11 @@ impl Host {
         self.inner.live().map(|l| l.session)
     }
 
-    /// Creates-or-attaches `pane` (see [`Session::open`]) on the live connection, waiting for
-    /// one. The only host call that may spawn; idempotent by pane key (rule D). The returned
-    /// handle's stream survives reconnects.
+    /// Creates-or-attaches `pane` (see [`Session::open_screen`]) on the live connection, waiting
+    /// for one. The only host call that may spawn; idempotent by pane key (rule D). The returned
+    /// handle's stream survives reconnects; with an agent that has the `screen` capability, a
+    /// re-attach the agent cannot serve bytes for gets a snapshot, never a gap, and typed events
+    /// are delivered once.
     ///
     /// # Errors
     /// As [`Session::open`] and [`Host::session`]. A connection lost before the answer gives
@@ -267,24 +269,20 @@ impl Host {
         &self,
         pane: PaneKey,
         spec: SpawnSpec,
-        resume_from: Option<u64>,
+        resume: Resume,
     ) -> Result<(relay_protocol::message::Created, PaneHandle), Error> {
         let session = self.session().await?;
-        if !session.welcome().has(relay_protocol::Capability::OPEN) {
+        let Some(req) = session.open_request(pane.clone(), spec.clone(), resume, 0) else {
             let created = session.create(pane.clone(), spec).await?;
             let handle = self
-                .attach_pane(pane, Some(created.binding.pty), resume_from)
+                .attach_pane(pane, Some(created.binding.pty), resume)
                 .await?;
             return Ok((created, handle));
-        }
-        let req = Request::Open(relay_protocol::message::Open {
-            pane,
-            spec,
-            resume_from,
-        });
+        };
         let (resp, pane) = self.subscribe(&session, req).await?;
         match resp {
-            Response::Opened(o) => Ok((o.created, self.handle(pane, o.attached))),
+            Response::Opened(o) => Ok((o.created, self.handle(pane, o.attached, false))),
+            Response::ScreenOpened(o) => Ok((o.created, self.handle(pane, o.attached, o.snapshot))),
             other => Err(Error::UnexpectedReply(format!(
                 "{:?} in answer to open",
                 other.op()
@@ -293,7 +291,7 @@ impl Host {
     }
 
     /// Attaches to `pane`'s PTY on the live connection, waiting for one. Never spawns (rule B).
-    /// `expect` and `resume_from` as in [`Session::attach`]. The returned handle's stream
+    /// `expect` and `resume` as in [`Session::attach_screen`]. The returned handle's stream
     /// survives reconnects.
     ///
     /// # Errors
@@ -302,20 +300,16 @@ impl Host {
         &self,
         pane: PaneKey,
         expect: Option<PtyId>,
-        resume_from: Option<u64>,
+        resume: Resume,
     ) -> Result<PaneHandle, Error> {
         let session = self.session().await?;
-        let req = Request::Attach(relay_protocol::message::Attach {
-            pane,
-            expect,
-            resume_from,
-        });
+        let req = session.attach_request(pane, expect, resume, 0);
         let (resp, pane) = self.subscribe(&session, req).await?;
-        match resp {
-            Response::Attached(a) => Ok(self.handle(pane, a)),
-            other => Err(Error::UnexpectedReply(format!(
+        match attached_of(&resp) {
+            Some((a, snapshot)) => Ok(self.handle(pane, a.clone(), snapshot)),
+            None => Err(Error::UnexpectedReply(format!(
                 "{:?} in answer to attach",
-                other.op()
+                resp.op()
             ))),
         }
     }
@@ -338,7 +332,12 @@ impl Host {
     }
 
     /// Registers a subscribed pane with the host and makes its handle.
-    fn handle(&self, pane: NewPane, attached: relay_protocol::message::Attached) -> PaneHandle {
+    fn handle(
+        &self,
+        pane: NewPane,
+        attached: relay_protocol::message::Attached,
+        snapshot: bool,
+    ) -> PaneHandle {
         let NewPane { sink, queue, live } = pane;
         let (credit, window) = (live.session.credit(), live.session.window());
         let binding = attached.binding.clone();
@@ -354,7 +353,7 @@ impl Host {
             sink_id,
             _keep: self.keep.clone(),
         };
-        PaneHandle::new(attached, queue, credit, window, Box::new(link))
+        PaneHandle::new(attached, snapshot, queue, credit, window, Box::new(link))
     }
 
     /// An ordered, bounded input writer for the pane of `binding` (see

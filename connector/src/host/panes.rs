@@ -10,12 +10,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use relay_protocol::message::Attach;
-use relay_protocol::{Binding, ErrorReply, PtyId, Request, Response, TermSize};
+use relay_protocol::{Binding, ErrorReply, PtyId, Resume, TermSize};
 use tokio::sync::watch;
 
 use crate::pane::{PaneLink, PaneSink};
-use crate::session::{Route, RouteStart};
+use crate::session::{attached_of, Route, RouteStart};
 use crate::{Error, PaneEvent, Session};
 
 /// The live connection and its generation (a counter of connections of this host).
@@ -238,11 +237,14 @@ pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, li
         return;
     }
     let session = &live.session;
-    let req = Request::Attach(Attach {
-        pane: slot.binding.pane.clone(),
-        expect: Some(slot.binding.pty),
-        resume_from: Some(resume_from),
-    });
+    // With the `screen` capability, bytes the agent no longer holds come back as a snapshot,
+    // and only events this stream has not delivered yet are sent.
+    let req = session.attach_request(
+        slot.binding.pane.clone(),
+        Some(slot.binding.pty),
+        Resume::From(resume_from),
+        slot.sink.last_event_key(),
+    );
     let route = Route::host(
         slot.sink.clone(),
         RouteStart::Resume {
@@ -266,8 +268,8 @@ pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, li
         }
         ours
     };
-    match result {
-        Ok(Response::Attached(attached)) => {
+    match result.as_ref().map(attached_of) {
+        Ok(Some((attached, _))) => {
             if !settle(SlotLink::Attached(live.clone())) {
                 return;
             }
@@ -276,8 +278,8 @@ pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, li
                 let _ = session.resize(binding, size).await;
             }
         }
-        Ok(other) => {
-            tracing::warn!(%binding, op = ?other.op(), "unexpected re-attach reply");
+        Ok(None) => {
+            tracing::warn!(%binding, "unexpected re-attach reply");
             settle(SlotLink::Waiting);
         }
         Err(e) => match e.agent_reply() {

@@ -6,7 +6,7 @@
 //! window, so a flood or an unread pane in one workspace does not hold up another.
 
 use relay_protocol::message::Created;
-use relay_protocol::{LeaseInfo, PaneKey, PtyId, SpawnSpec, WorkspaceId};
+use relay_protocol::{LeaseInfo, PaneKey, PtyId, Resume, SpawnSpec, WorkspaceId};
 
 use super::Host;
 use crate::{Error, PaneHandle};
@@ -41,7 +41,8 @@ impl Workspace {
         PaneKey::new(self.id.0.clone(), tab, leaf)
     }
 
-    /// Creates-or-attaches the pane `(tab, leaf)` with output from offset 0 (see
+    /// Creates-or-attaches the pane `(tab, leaf)` with output from offset 0 — or, for a live
+    /// pane whose early output the agent no longer holds, from a snapshot (see
     /// [`Host::open_pane`]).
     ///
     /// # Errors
@@ -53,7 +54,7 @@ impl Workspace {
         spec: SpawnSpec,
     ) -> Result<(Created, PaneHandle), Error> {
         self.host
-            .open_pane(self.pane(tab, leaf), spec, Some(0))
+            .open_pane(self.pane(tab, leaf), spec, Resume::From(0))
             .await
     }
 
@@ -66,10 +67,10 @@ impl Workspace {
         tab: &str,
         leaf: &str,
         expect: Option<PtyId>,
-        resume_from: Option<u64>,
+        resume: Resume,
     ) -> Result<PaneHandle, Error> {
         self.host
-            .attach_pane(self.pane(tab, leaf), expect, resume_from)
+            .attach_pane(self.pane(tab, leaf), expect, resume)
             .await
     }
 

@@ -36,7 +36,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use relay_protocol::message::Attached;
-use relay_protocol::{Binding, EndReason, ExitStatus, PtyId};
+use relay_protocol::{Binding, EndReason, ExitStatus, PtyId, ScreenEvent, TermSize};
 
 use order::{Credit, Sequencer};
 pub use sink::queue_cap;
@@ -65,6 +65,31 @@ pub enum PaneEvent {
         from: u64,
         /// First byte that follows the gap.
         to: u64,
+    },
+    /// The screen as it was just before output byte `offset` (agents with the `screen`
+    /// capability): `data`, written to a terminal of `size` (columns × rows), reproduces it —
+    /// primary screen with a bounded scrollback, the alternate screen of a full-screen program on
+    /// top, cursor, title and input modes. It begins by clearing the terminal. Output continues
+    /// from `offset`. It comes first when a snapshot was asked for, and in place of a gap when the
+    /// agent no longer held the bytes since the last one delivered (rule E: never a silent jump).
+    Snapshot {
+        /// Output offset the snapshot corresponds to.
+        offset: u64,
+        /// Size it was rendered at (the PTY's size then).
+        size: TermSize,
+        /// The bytes to write to the terminal.
+        data: Vec<u8>,
+    },
+    /// A typed event the program caused (bell, title, working directory, command finished),
+    /// after the output up to `offset`. Keys count up from 1 per PTY; a stream delivers each key
+    /// at most once, also across re-attaches and snapshots.
+    Event {
+        /// Event key, unique per PTY.
+        key: u64,
+        /// Output offset by which it had happened.
+        offset: u64,
+        /// What happened.
+        event: ScreenEvent,
     },
     /// The PTY's process ended; the stream ends after this event.
     Exited {
@@ -166,15 +191,22 @@ pub struct PaneHandle {
 impl PaneHandle {
     /// A handle over `queue`, whose sink was installed by the `attached` reply. `credit` says
     /// whether the agent throttles by a credit window of `window` bytes.
+    /// `snapshot`: a snapshot starts the stream, standing for the `lost` bytes.
     pub(crate) fn new(
         attached: Attached,
+        snapshot: bool,
         queue: PaneQueue,
         credit: bool,
         window: u64,
         link: Box<dyn PaneLink>,
     ) -> Self {
-        // The sink reports bytes the agent no longer held as a gap ending at `replay_from`.
-        let start = attached.replay_from.saturating_sub(attached.lost);
+        // The sink reports bytes the agent no longer held as a gap ending at `replay_from`,
+        // unless a snapshot stands for them.
+        let start = if snapshot {
+            attached.replay_from
+        } else {
+            attached.replay_from.saturating_sub(attached.lost)
+        };
         PaneHandle {
             binding: attached.binding.clone(),
             seq: Sequencer { next: start },
@@ -237,6 +269,7 @@ impl PaneHandle {
                 self.credit.restart(*from);
                 return;
             }
+            PaneEvent::Snapshot { offset, .. } => *offset,
             ev if ev.is_final() => {
                 self.ended = true;
                 self.ready.clear();

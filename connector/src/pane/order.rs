@@ -79,6 +79,11 @@ impl Sequencer {
                 self.next = to;
                 ready.push_back(PaneEvent::Gap { from, to });
             }
+            // The screen as of `offset` replaces everything before it: output continues there.
+            PaneEvent::Snapshot { offset, .. } => {
+                self.next = offset;
+                ready.push_back(ev);
+            }
             other => ready.push_back(other),
         }
     }

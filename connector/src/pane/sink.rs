@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use relay_protocol::{EndReason, ExitStatus, MAX_OUTPUT_CHUNK};
+use relay_protocol::{EndReason, ExitStatus, ScreenEvent, TermSize, MAX_OUTPUT_CHUNK};
 use tokio::sync::mpsc;
 
 use super::PaneEvent;
@@ -41,7 +41,15 @@ struct SinkState {
     next: Option<u64>,
     /// A final event was queued (the stream ends after it).
     finished: bool,
+    /// Pieces of a snapshot received so far: (offset, size, bytes).
+    snapshot: Option<(u64, TermSize, Vec<u8>)>,
+    /// Key of the last typed event queued (0: none); lower keys are repeats.
+    last_event: u64,
 }
+
+/// Largest snapshot assembled from pieces, in bytes (the agent's are far smaller: a screen and
+/// 1,000 lines of scrollback); a larger one is dropped with a warning.
+const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
 
 /// The app's end of a pane's queue.
 pub(crate) struct PaneQueue {
@@ -72,6 +80,8 @@ impl PaneSink {
                 cap,
                 next: None,
                 finished: false,
+                snapshot: None,
+                last_event: 0,
             }),
             queued: queued.clone(),
         };
@@ -91,12 +101,13 @@ impl PaneSink {
     }
 
     /// The first attach reply: output follows from `replay_from`; `lost` bytes before it are no
-    /// longer held by the agent (reported as a gap).
-    pub(crate) fn started(&self, replay_from: u64, lost: u64) {
+    /// longer held by the agent (reported as a gap, unless a snapshot stands for them:
+    /// `snapshot`).
+    pub(crate) fn started(&self, replay_from: u64, lost: u64, snapshot: bool) {
         let mut st = self.state();
         if st.next.is_none() {
             st.next = Some(replay_from);
-            if lost > 0 {
+            if lost > 0 && !snapshot {
                 let _ = st.tx.send(PaneEvent::Gap {
                     from: replay_from - lost.min(replay_from),
                     to: replay_from,
@@ -111,14 +122,25 @@ impl PaneSink {
         self.state().next
     }
 
+    /// Key of the last typed event queued (0: none): a re-attach asks for the events after it.
+    pub(crate) fn last_event_key(&self) -> u64 {
+        self.state().last_event
+    }
+
     /// A re-attach succeeded and output continues at `replay_from`: queues
     /// [`PaneEvent::Resumed`], then a gap if the agent no longer holds everything since the
-    /// resume point. `cap` is the new connection's queue cap.
-    pub(crate) fn resumed(&self, replay_from: u64, cap: u64) -> bool {
+    /// resume point — unless a snapshot follows (`snapshot`), which stands for those bytes.
+    /// `cap` is the new connection's queue cap.
+    pub(crate) fn resumed(&self, replay_from: u64, cap: u64, snapshot: bool) -> bool {
         let mut st = self.state();
         st.cap = cap;
+        st.snapshot = None;
         let next = st.next.unwrap_or(replay_from);
         let mut ok = st.tx.send(PaneEvent::Resumed { from: replay_from }).is_ok();
+        if snapshot {
+            st.next = Some(replay_from);
+            return ok;
+        }
         if replay_from > next {
             ok &= st
                 .tx
@@ -173,6 +195,53 @@ impl PaneSink {
         st.tx.send(PaneEvent::Gap { from, to }).is_ok()
     }
 
+    /// Adds a piece of a snapshot; the last piece queues [`PaneEvent::Snapshot`] and output
+    /// continues from its offset. Returns `false` when the app's end is gone.
+    pub(crate) fn snapshot_piece(
+        &self,
+        offset: u64,
+        size: TermSize,
+        data: Vec<u8>,
+        last: bool,
+    ) -> bool {
+        let mut st = self.state();
+        let pending = match st.snapshot.take() {
+            Some(p) if p.0 == offset => Some(p),
+            _ => Some((offset, size, Vec::new())),
+        };
+        let (offset, size, mut bytes) = pending.expect("set above");
+        if bytes.len() + data.len() > MAX_SNAPSHOT_BYTES {
+            tracing::warn!(
+                offset,
+                "snapshot larger than {MAX_SNAPSHOT_BYTES} bytes dropped; the screen resumes with the next output"
+            );
+            return !st.tx.is_closed();
+        }
+        bytes.extend_from_slice(&data);
+        if !last {
+            st.snapshot = Some((offset, size, bytes));
+            return !st.tx.is_closed();
+        }
+        st.next = Some(offset);
+        st.tx
+            .send(PaneEvent::Snapshot {
+                offset,
+                size,
+                data: bytes,
+            })
+            .is_ok()
+    }
+
+    /// Queues a typed event unless its key was queued already (a repeat after a re-attach).
+    pub(crate) fn screen_event(&self, key: u64, offset: u64, event: ScreenEvent) -> bool {
+        let mut st = self.state();
+        if key <= st.last_event {
+            return !st.tx.is_closed();
+        }
+        st.last_event = key;
+        st.tx.send(PaneEvent::Event { key, offset, event }).is_ok()
+    }
+
     /// Queues the exit (after a hole the cap left before it). The stream ends after it.
     pub(crate) fn exited(&self, exit: ExitStatus, reason: EndReason, event_key: u64) {
         let mut st = self.state();
@@ -217,7 +286,7 @@ mod tests {
     #[test]
     fn over_the_cap_output_is_dropped_and_the_exact_hole_reported() {
         let (sink, mut q) = PaneSink::new(10);
-        sink.started(0, 0);
+        sink.started(0, 0, false);
         assert!(sink.output(0, vec![b'a'; 8]));
         assert!(sink.output(8, vec![b'b'; 8]), "dropped, over cap");
         assert!(sink.output(16, vec![b'c'; 4]), "still over cap");
@@ -237,7 +306,7 @@ mod tests {
     #[test]
     fn a_hole_left_by_the_cap_is_reported_before_the_exit() {
         let (sink, mut q) = PaneSink::new(4);
-        sink.started(0, 0);
+        sink.started(0, 0, false);
         assert!(sink.output(0, vec![0; 8]));
         sink.exited(
             ExitStatus {
@@ -257,14 +326,14 @@ mod tests {
     #[test]
     fn a_resume_replays_what_the_cap_dropped_without_repeats_or_empty_gaps() {
         let (sink, mut q) = PaneSink::new(10);
-        sink.started(0, 0);
+        sink.started(0, 0, false);
         assert!(sink.output(0, b"abcdefgh".to_vec()));
         assert!(sink.output(8, b"ijklmnop".to_vec()), "dropped");
         let ev = q.rx.try_recv().unwrap();
         q.taken(&ev);
         // Reconnect: resume from 8; the agent still holds everything.
         assert_eq!(sink.resume_point(), Some(8));
-        assert!(sink.resumed(8, 100));
+        assert!(sink.resumed(8, 100, false));
         assert!(sink.output(4, b"efghijkl".to_vec()), "overlap with 4..8");
         let got: Vec<_> = std::iter::from_fn(|| q.rx.try_recv().ok()).collect();
         assert_eq!(
@@ -278,9 +347,9 @@ mod tests {
     #[test]
     fn a_resume_past_the_resume_point_is_an_explicit_gap() {
         let (sink, mut q) = PaneSink::new(100);
-        sink.started(0, 0);
+        sink.started(0, 0, false);
         assert!(sink.output(0, b"ab".to_vec()));
-        assert!(sink.resumed(50, 100));
+        assert!(sink.resumed(50, 100, false));
         let got: Vec<_> = std::iter::from_fn(|| q.rx.try_recv().ok()).collect();
         assert_eq!(
             got,

@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relay_protocol::message::{
-    Attach, Attached, Create, Created, Detach, Input, InputSeq, Kill, ListLeases, Open, Ping,
-    Protect, Resize, Signal, Status, StatusRequest,
+    Attach, AttachScreen, Attached, Create, Created, Detach, Input, InputSeq, Kill, ListLeases,
+    Open, OpenScreen, Ping, Protect, Resize, Signal, Status, StatusRequest,
 };
 use relay_protocol::{
-    Binding, Capability, FrameCodec, LeaseInfo, PaneKey, PtyId, Request, Response, SpawnSpec,
-    TermSize, Welcome, DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK,
+    Binding, Capability, FrameCodec, LeaseInfo, PaneKey, PtyId, Request, Response, Resume,
+    SpawnSpec, TermSize, Welcome, DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -42,8 +42,8 @@ use crate::pane::{queue_cap, PaneHandle, PaneSink};
 use crate::transport::{AgentStream, Transport};
 use crate::Error;
 use reply::{done, human_duration, op_name, unexpected};
+pub(crate) use shared::{attached_of, Route, RouteStart};
 use shared::{Pending, SessionLink, Shared};
-pub(crate) use shared::{Route, RouteStart};
 
 /// Capacity of the writer's request queue, in messages.
 const REQUEST_QUEUE: usize = 256;
@@ -238,7 +238,7 @@ impl Session {
             resume_from,
         });
         match self.subscribe(req).await? {
-            (Response::Opened(o), sub) => Ok((o.created, sub.handle(self, o.attached))),
+            (Response::Opened(o), sub) => Ok((o.created, sub.handle(self, o.attached, false))),
             (other, _) => Err(unexpected("open", &other)),
         }
     }
@@ -265,9 +265,115 @@ impl Session {
             resume_from,
         });
         match self.subscribe(req).await? {
-            (Response::Attached(attached), sub) => Ok(sub.handle(self, attached)),
+            (Response::Attached(attached), sub) => Ok(sub.handle(self, attached, false)),
             (other, _) => Err(unexpected("attach", &other)),
         }
+    }
+
+    /// Attaches like [`Session::attach`], with screen restore: with `Resume::From(offset)` a
+    /// reader the agent can no longer serve bytes from gets a
+    /// [`PaneEvent::Snapshot`](crate::PaneEvent::Snapshot) instead of a gap; `Resume::Snapshot`
+    /// starts with the screen as it is now (for a new terminal window); the stream delivers
+    /// [`PaneEvent::Event`](crate::PaneEvent::Event)s and never a gap from the agent. With an
+    /// agent that lacks the `screen` capability this is [`Session::attach`] (`Snapshot` then
+    /// replays what the agent holds, a gap may come, no events). `events_after`: key of the last
+    /// event the app already applied (0: every event the agent holds), so an app that re-attaches
+    /// after its own restart sees each event once.
+    ///
+    /// # Errors
+    /// As [`Session::attach`].
+    pub async fn attach_screen(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume: Resume,
+        events_after: u64,
+    ) -> Result<PaneHandle, Error> {
+        self.require(Capability::PTY, "attach")?;
+        let req = self.attach_request(pane, expect, resume, events_after);
+        let (resp, sub) = self.subscribe(req).await?;
+        match attached_of(&resp) {
+            Some((a, snapshot)) => Ok(sub.handle(self, a.clone(), snapshot)),
+            None => Err(unexpected("attach", &resp)),
+        }
+    }
+
+    /// Creates-or-attaches like [`Session::open`], with the screen restore of
+    /// [`Session::attach_screen`] (`Resume::From(0)` delivers a new PTY's whole output).
+    ///
+    /// # Errors
+    /// As [`Session::open`].
+    pub async fn open_screen(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume: Resume,
+        events_after: u64,
+    ) -> Result<(Created, PaneHandle), Error> {
+        let Some(req) = self.open_request(pane.clone(), spec.clone(), resume, events_after) else {
+            let created = self.create(pane.clone(), spec).await?;
+            let handle = self
+                .attach_screen(pane, Some(created.binding.pty), resume, events_after)
+                .await?;
+            return Ok((created, handle));
+        };
+        let (resp, sub) = self.subscribe(req).await?;
+        match resp {
+            Response::Opened(o) => Ok((o.created, sub.handle(self, o.attached, false))),
+            Response::ScreenOpened(o) => Ok((o.created, sub.handle(self, o.attached, o.snapshot))),
+            other => Err(unexpected("open", &other)),
+        }
+    }
+
+    /// The attach request for this agent: `AttachScreen` when it has the `screen` capability,
+    /// else `Attach` (`Resume::Snapshot` becomes a replay of everything held).
+    pub(crate) fn attach_request(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume: Resume,
+        events_after: u64,
+    ) -> Request {
+        if self.inner.welcome.has(Capability::SCREEN) {
+            return Request::AttachScreen(AttachScreen {
+                pane,
+                expect,
+                resume,
+                events_after,
+            });
+        }
+        Request::Attach(Attach {
+            pane,
+            expect,
+            resume_from: legacy_resume(resume),
+        })
+    }
+
+    /// The open request for this agent (`OpenScreen`, or `Open` without the `screen`
+    /// capability); `None` when the agent has no `open` capability (create, then attach).
+    pub(crate) fn open_request(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume: Resume,
+        events_after: u64,
+    ) -> Option<Request> {
+        let welcome = &self.inner.welcome;
+        if welcome.has(Capability::SCREEN) {
+            return Some(Request::OpenScreen(OpenScreen {
+                pane,
+                spec,
+                resume,
+                events_after,
+            }));
+        }
+        welcome.has(Capability::OPEN).then(|| {
+            Request::Open(Open {
+                pane,
+                spec,
+                resume_from: legacy_resume(resume),
+            })
+        })
     }
 
     /// Sends a request that subscribes this connection (attach, open) with a fresh pane queue,
@@ -567,7 +673,7 @@ struct NewPane {
 }
 
 impl NewPane {
-    fn handle(self, session: &Session, attached: Attached) -> PaneHandle {
+    fn handle(self, session: &Session, attached: Attached, snapshot: bool) -> PaneHandle {
         let link = SessionLink {
             shared: session.inner.shared.clone(),
             binding: attached.binding.clone(),
@@ -575,11 +681,21 @@ impl NewPane {
         };
         PaneHandle::new(
             attached,
+            snapshot,
             self.queue,
             session.credit(),
             session.window(),
             Box::new(link),
         )
+    }
+}
+
+/// `Resume` for an agent without the `screen` capability: `Snapshot` replays what it holds.
+pub(crate) fn legacy_resume(resume: Resume) -> Option<u64> {
+    match resume {
+        Resume::Now => None,
+        Resume::From(offset) => Some(offset),
+        Resume::Snapshot => Some(0),
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use relay_protocol::message::Detach;
+use relay_protocol::message::{Attached, Detach};
 use relay_protocol::{Binding, DecodeError, Message, PtyId, Push, Request, Response};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
@@ -321,12 +321,7 @@ impl Shared {
         let tx = match pending {
             Pending::Reply(tx) => tx,
             Pending::Attach(tx, mut route) => {
-                let attached = match &resp {
-                    Response::Attached(a) => Some(a),
-                    Response::Opened(o) => Some(&o.attached),
-                    _ => None,
-                };
-                if let Some(a) = attached {
+                if let Some((a, snapshot)) = attached_of(&resp) {
                     let pty = a.binding.pty;
                     // A resume never takes over another subscription of the PTY on this
                     // connection (a newer attach by the app wins over a late re-attach).
@@ -337,9 +332,11 @@ impl Shared {
                             .is_some_and(|r| r.sink.id != route.sink.id);
                     if !taken {
                         match route.start {
-                            RouteStart::Fresh => route.sink.started(a.replay_from, a.lost),
+                            RouteStart::Fresh => {
+                                route.sink.started(a.replay_from, a.lost, snapshot);
+                            }
                             RouteStart::Resume { cap } => {
-                                route.sink.resumed(a.replay_from, cap);
+                                route.sink.resumed(a.replay_from, cap, snapshot);
                             }
                         }
                         route.binding = Some(a.binding.clone());
@@ -365,6 +362,8 @@ impl Shared {
             Push::Output(o) => o.pty,
             Push::OutputGap(g) => g.pty,
             Push::Exited(e) => e.binding.pty,
+            Push::Snapshot(s) => s.pty,
+            Push::Event(e) => e.pty,
         };
         let mut st = self.state();
         let Some(route) = st.routes.get(&pty) else {
@@ -374,6 +373,8 @@ impl Shared {
         let keep = match push {
             Push::Output(o) => route.sink.output(o.offset, o.data),
             Push::OutputGap(g) => route.sink.gap(g.from, g.to),
+            Push::Snapshot(s) => route.sink.snapshot_piece(s.offset, s.size, s.data, s.last),
+            Push::Event(e) => route.sink.screen_event(e.key, e.offset, e.event),
             Push::Exited(e) => {
                 if route.binding.as_ref() != Some(&e.binding) {
                     // Rule C: an exit for a binding this subscription does not hold.
@@ -387,6 +388,17 @@ impl Shared {
         if !keep {
             st.routes.remove(&pty);
         }
+    }
+}
+
+/// The subscription an attach-like reply describes, and whether a snapshot starts it.
+pub(crate) fn attached_of(resp: &Response) -> Option<(&Attached, bool)> {
+    match resp {
+        Response::Attached(a) => Some((a, false)),
+        Response::Opened(o) => Some((&o.attached, false)),
+        Response::ScreenAttached(a) => Some((&a.attached, a.snapshot)),
+        Response::ScreenOpened(o) => Some((&o.attached, o.snapshot)),
+        _ => None,
     }
 }
 

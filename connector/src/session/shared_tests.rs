@@ -174,7 +174,7 @@ fn a_resume_reply_never_takes_over_a_newer_subscription() {
         .unwrap();
     shared.dispatch(&attached_reply(5, &b));
     let (older, mut older_q) = PaneSink::new(1 << 20);
-    older.started(0, 0);
+    older.started(0, 0, false);
     let (tx, _rx) = oneshot::channel();
     let resume = Route::host(older, RouteStart::Resume { cap: 1 << 20 });
     shared.register(6, Pending::Attach(tx, resume)).unwrap();

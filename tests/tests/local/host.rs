@@ -8,7 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use relay_connector::{Error, Host, HostOptions, HostState, LocalConfig, LocalTransport};
-use relay_protocol::{EndReason, LeaseState};
+use relay_protocol::{EndReason, LeaseState, Resume};
 use relay_tests::{read_until, read_until_text, Collected, StateLog, TestHome, LIVENESS};
 
 use super::{sh, ECHO_LOOP};
@@ -400,7 +400,7 @@ async fn an_attach_racing_the_reattach_pass_keeps_its_output() {
         };
         assert_eq!(session.welcome().incarnation, old.welcome().incarnation);
         let mut fresh = ws
-            .attach("race", "0", Some(created.binding.pty), None)
+            .attach("race", "0", Some(created.binding.pty), Resume::Now)
             .await
             .unwrap();
         let mut got = Collected::default();

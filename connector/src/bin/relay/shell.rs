@@ -19,7 +19,9 @@ use anyhow::Context;
 use relay_connector::{
     Host, HostOptions, HostState, InputFailures, PaneEvent, PaneHandle, Session,
 };
-use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, PaneKey, SpawnSpec, TermSize};
+use relay_protocol::{
+    Binding, EndReason, ErrorReply, ExitStatus, PaneKey, Resume, SpawnSpec, TermSize,
+};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 
@@ -60,7 +62,7 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     let pane = args.pane_key();
     let size = terminal::size();
     let handle = match mode {
-        Mode::Attach => match host.attach_pane(pane.clone(), None, Some(0)).await {
+        Mode::Attach => match host.attach_pane(pane.clone(), None, reattach(size)).await {
             Ok(h) => h,
             Err(e) if e.is_not_found() || e.is_ended() => {
                 return Err(Failure {
@@ -172,6 +174,16 @@ async fn first_connection(host: &Host, destination: &Destination) -> anyhow::Res
 /// `relay shell`: the pane's live shell, or a new one. Without a command the pane is attached
 /// first, so that a shell that ended (host rebooted, agent restarted) is reported before a new
 /// one starts; with a command a new pane runs it.
+/// Where output of an existing pane starts: on a terminal, its screen (a snapshot: the screen
+/// and a short scrollback, drawn at once, instead of megabytes of history); into a pipe, every
+/// byte the agent still holds.
+fn reattach(size: Option<TermSize>) -> Resume {
+    match size {
+        Some(_) => Resume::Snapshot,
+        None => Resume::From(0),
+    }
+}
+
 async fn open_pane(
     host: &Host,
     session: &Session,
@@ -181,7 +193,7 @@ async fn open_pane(
     size: Option<TermSize>,
 ) -> anyhow::Result<PaneHandle> {
     if args.command.is_empty() {
-        match host.attach_pane(pane.clone(), None, Some(0)).await {
+        match host.attach_pane(pane.clone(), None, reattach(size)).await {
             Ok(h) => return Ok(h),
             Err(e) if e.is_not_found() => {}
             Err(e) if e.is_ended() => eprintln!("{}", previous_ended(session, &e, pane).await),
@@ -201,7 +213,7 @@ async fn open_pane(
         env: Vec::new(),
     };
     let (created, handle) = host
-        .open_pane(pane.clone(), spec, Some(0))
+        .open_pane(pane.clone(), spec, Resume::From(0))
         .await
         .with_context(|| format!("cannot open a shell for pane {pane}"))?;
     if created.existed && !args.command.is_empty() {
@@ -382,6 +394,8 @@ async fn pump_loop(
         tokio::select! {
             ev = handle.next(), if screen.has_room() => match ev {
                 Some(PaneEvent::Output { data, .. }) => screen.output(data),
+                // The screen as it is (on attach, or instead of a gap): drawn over ours.
+                Some(PaneEvent::Snapshot { data, .. }) => screen.output(data),
                 Some(PaneEvent::Gap { from, to }) => screen.note(&format!(
                     "\r\n[relay: {} bytes of output were lost]\r\n",
                     to - from

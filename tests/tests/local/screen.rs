@@ -1,0 +1,232 @@
+//! Screens that come back exactly (rule E): snapshots instead of gaps, checked with an
+//! independent terminal model (asciinema's `avt`, not the agent's vt100), and typed events
+//! delivered once.
+
+use relay_connector::PaneEvent;
+use relay_protocol::{PaneKey, Resume, ScreenEvent};
+use relay_tests::{read_until, read_until_text, Collected, TestHome, LIVENESS};
+
+use super::sh;
+
+/// A terminal of `cols`×`rows` that was given `bytes`.
+fn terminal(cols: usize, rows: usize, bytes: &[u8]) -> avt::Terminal {
+    let mut vt = avt::Terminal::new(cols, rows).unwrap();
+    vt.feed(String::from_utf8_lossy(bytes).as_ref());
+    vt
+}
+
+fn visible(vt: &avt::Terminal) -> Vec<String> {
+    vt.screen().visible_lines().map(|l| l.text()).collect()
+}
+
+/// Waits until the lease of `pane` has produced at least `bytes` of output.
+async fn wait_for_output(session: &relay_connector::Session, pane: &PaneKey, bytes: u64) {
+    let deadline = tokio::time::Instant::now() + LIVENESS;
+    loop {
+        let leases = session.list_leases().await.unwrap();
+        let out = leases
+            .iter()
+            .find(|l| &l.binding.pane == pane)
+            .map_or(0, |l| l.bytes_out);
+        if out >= bytes {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{pane} produced only {out} of {bytes} bytes"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The oracle of rule E: a full-screen program draws a marker, then writes far more than the
+/// ring holds while nobody is attached. A client that resumes from where it left gets a
+/// snapshot, not a gap: its terminal shows the alternate screen with the marker and the final
+/// counter, mouse and bracketed-paste modes are on, and when the program leaves the alternate
+/// screen the shell's earlier screen is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_far_behind_gets_the_screen_back_exactly() {
+    // A 64 KiB ring; the program writes ~390 KB while detached.
+    let home = TestHome::with_env(&[("RELAY_REPLAY_BYTES", "65536")]);
+    let session = home.session().await;
+    let pane = PaneKey::new("w", "vim-like", "0");
+    let script = concat!(
+        "printf 'primary-marker\\r\\n'; read go; ",
+        "printf '\\033[?1049h\\033[H\\033[2JALT-MARKER'; ",
+        "awk 'BEGIN { for (i = 1; i <= 20000; i++) printf \"\\033[24;1Hcounter %d\", i }'; ",
+        "printf '\\033[?1000h\\033[?1006h\\033[?2004h'; ",
+        "read leave; printf '\\033[?1049l'; printf 'after-exit\\r\\n'; read end",
+    );
+    let (_, mut first) = session
+        .open_screen(pane.clone(), sh(script), Resume::From(0), 0)
+        .await
+        .unwrap();
+    let mut seen = Collected::default();
+    read_until_text(&mut first, &mut seen, "primary-marker")
+        .await
+        .unwrap();
+    let binding = first.binding().clone();
+    let left_at = seen.end;
+    drop(first);
+    session.input(&binding, b"go\n").await.unwrap();
+    wait_for_output(&session, &pane, 388_000).await;
+    // Output stops after the modes are set; let the model take in the last bytes.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let mut back = session
+        .attach_screen(pane.clone(), Some(binding.pty), Resume::From(left_at), 0)
+        .await
+        .unwrap();
+    assert!(
+        back.attached().lost > 0,
+        "the ring no longer held the bytes"
+    );
+    let mut got = Collected::default();
+    read_until(&mut back, &mut got, LIVENESS, |c| !c.snapshots.is_empty())
+        .await
+        .unwrap();
+    assert!(
+        got.gaps.is_empty(),
+        "a snapshot, never a gap: {:?}",
+        got.gaps
+    );
+    let (offset, snapshot) = &got.snapshots[0];
+    assert!(*offset > 388_000, "snapshot at offset {offset}");
+    let text = String::from_utf8_lossy(snapshot);
+    for mode in ["\x1b[?1000h", "\x1b[?1006h", "\x1b[?2004h"] {
+        assert!(text.contains(mode), "snapshot lacks {mode:?}: {text:?}");
+    }
+    let vt = terminal(80, 24, &got.terminal);
+    let screen = visible(&vt);
+    assert_eq!(vt.active_screen_kind(), avt::ScreenKind::Alternate);
+    assert_eq!(screen[0].trim_end(), "ALT-MARKER", "{screen:#?}");
+    assert_eq!(screen[23].trim_end(), "counter 20000", "{screen:#?}");
+
+    // The program leaves the alternate screen: the shell's screen from before is back.
+    session.input(&binding, b"x\n").await.unwrap();
+    read_until_text(&mut back, &mut got, "after-exit")
+        .await
+        .unwrap();
+    let vt = terminal(80, 24, &got.terminal);
+    let screen = visible(&vt);
+    assert_eq!(vt.active_screen_kind(), avt::ScreenKind::Primary);
+    assert_eq!(screen[0].trim_end(), "primary-marker", "{screen:#?}");
+    assert_eq!(
+        screen[1].trim_end(),
+        "go",
+        "the echo of the input: {screen:#?}"
+    );
+    assert_eq!(screen[2].trim_end(), "after-exit", "{screen:#?}");
+}
+
+/// A snapshot asked for outright (a new window, an app after its restart) reproduces the screen
+/// and a scrollback; one larger than a frame's output chunk (64 KiB) arrives whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_larger_than_a_frame_arrives_whole() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let pane = PaneKey::new("w", "long", "0");
+    // 1,000 lines of 79 characters: well over 64 KiB of scrollback, under the ring.
+    let script = "awk 'BEGIN { for (i = 1; i <= 1000; i++) printf \"line-%04d %069d\\r\\n\", i, 0 }'; printf done; read x";
+    let (_, mut first) = session
+        .open_screen(pane.clone(), sh(script), Resume::From(0), 0)
+        .await
+        .unwrap();
+    let mut seen = Collected::default();
+    read_until_text(&mut first, &mut seen, "done")
+        .await
+        .unwrap();
+    let pty = first.binding().pty;
+    drop(first);
+
+    let mut again = session
+        .attach_screen(pane, Some(pty), Resume::Snapshot, 0)
+        .await
+        .unwrap();
+    let mut got = Collected::default();
+    read_until(&mut again, &mut got, LIVENESS, |c| !c.snapshots.is_empty())
+        .await
+        .unwrap();
+    let (offset, snapshot) = &got.snapshots[0];
+    assert_eq!(*offset, seen.end, "the snapshot is of the screen now");
+    assert!(snapshot.len() > 64 * 1024, "{} bytes", snapshot.len());
+    let mut vt = avt::Terminal::with_scrollback(80, 24, Some(2000)).unwrap();
+    vt.feed(String::from_utf8_lossy(snapshot).as_ref());
+    let lines: Vec<String> = vt.screen().text();
+    let numbered: Vec<&String> = lines.iter().filter(|l| l.starts_with("line-")).collect();
+    assert_eq!(
+        numbered.len(),
+        1000,
+        "scrollback (1,000 lines) and screen hold every line"
+    );
+    assert!(numbered[0].starts_with("line-0001"));
+    assert!(numbered[999].starts_with("line-1000"));
+    assert!(lines.iter().any(|l| l.trim_end() == "done"));
+}
+
+/// Events are typed and delivered once: a bell, a title, a working directory and a finished
+/// command emitted while nobody is attached come with the first attach; an attach that says it
+/// has them already does not get them again; a later event comes live with the next key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_from_while_detached_are_delivered_once() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let pane = PaneKey::new("w", "events", "0");
+    let script = concat!(
+        "read go; printf '\\a\\033]2;build\\007\\033]7;file://h/tmp\\033\\\\\\033]133;D;3\\007'; ",
+        "printf 'emitted\\r\\n'; read more; printf '\\033]0;second\\007'; read end",
+    );
+    let (created, first) = session
+        .open_screen(pane.clone(), sh(script), Resume::From(0), 0)
+        .await
+        .unwrap();
+    let binding = created.binding.clone();
+    drop(first);
+    session.input(&binding, b"go\n").await.unwrap();
+    wait_for_output(&session, &pane, 10).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let mut one = session
+        .attach_screen(pane.clone(), Some(binding.pty), Resume::Snapshot, 0)
+        .await
+        .unwrap();
+    let mut got = Collected::default();
+    read_until(&mut one, &mut got, LIVENESS, |c| c.events.len() >= 4)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.events,
+        vec![
+            (1, ScreenEvent::Bell),
+            (2, ScreenEvent::Title("build".into())),
+            (3, ScreenEvent::Cwd("file://h/tmp".into())),
+            (4, ScreenEvent::CommandFinished { exit_code: Some(3) }),
+        ]
+    );
+    drop(one);
+
+    // Second attach: the app says it has applied key 4; a snapshot comes, the old events not.
+    let mut two = session
+        .attach_screen(pane.clone(), Some(binding.pty), Resume::Snapshot, 4)
+        .await
+        .unwrap();
+    let mut again = Collected::default();
+    read_until(&mut two, &mut again, LIVENESS, |c| !c.snapshots.is_empty())
+        .await
+        .unwrap();
+    session.input(&binding, b"more\n").await.unwrap();
+    read_until(&mut two, &mut again, LIVENESS, |c| !c.events.is_empty())
+        .await
+        .unwrap();
+    assert_eq!(
+        again.events,
+        vec![(5, ScreenEvent::Title("second".into()))],
+        "only the new event, with the next key"
+    );
+    // Nothing else is pending: no repeat of 1..4 arrives after the live one.
+    let extra = tokio::time::timeout(std::time::Duration::from_millis(300), two.next()).await;
+    assert!(
+        !matches!(extra, Ok(Some(PaneEvent::Event { .. }))),
+        "{extra:?}"
+    );
+}
