@@ -257,7 +257,9 @@ impl Session {
             Resume::Now => false,
         };
         if let (Some(screen), true) = (screen, wants_snapshot) {
-            let snapshot = screen.snapshot(pty.ring());
+            // Parsing the model's lag may take a while under a flood: keep the other tasks of
+            // this worker thread moving meanwhile.
+            let snapshot = blocking(|| screen.snapshot(pty.ring()));
             let lost = match resume {
                 Resume::From(r) => snapshot.offset - r,
                 _ => 0,
@@ -365,6 +367,15 @@ impl Session {
         if let Some(sub) = self.subs.get(&req.pty) {
             sub.ack(req.offset);
         }
+    }
+}
+
+/// Runs `f`, which may block for a while, without stalling the runtime's other tasks.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
     }
 }
 

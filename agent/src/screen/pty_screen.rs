@@ -222,3 +222,89 @@ fn wire_event(e: ScreenEvent) -> WireEvent {
         ScreenEvent::CommandFinished { exit_code } => WireEvent::CommandFinished { exit_code },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_protocol::Incarnation;
+
+    fn pty() -> PtyId {
+        PtyId {
+            incarnation: Incarnation(1),
+            counter: 1,
+        }
+    }
+
+    /// What the PTY reader does per read: check the lag, append, (worker not running here).
+    fn read(screen: &PtyScreen, ring: &Mutex<Ring>, data: &[u8]) {
+        let (end, capacity) = {
+            let r = ring.lock().unwrap();
+            (r.end(), r.capacity())
+        };
+        screen.before_append(ring, end, capacity, data.len());
+        ring.lock().unwrap().append(data);
+    }
+
+    #[test]
+    fn a_model_that_never_gets_a_worker_still_sees_every_byte() {
+        // A ring of 64 bytes and reads of up to 40: without `before_append` the ring would drop
+        // bytes the model never parsed.
+        let ring = Mutex::new(Ring::new(64));
+        let screen = PtyScreen::new(pty(), TermSize { cols: 20, rows: 3 }, 10);
+        let mut total = 0u64;
+        for i in 0..500 {
+            let line = format!("line {i}\r\n");
+            read(&screen, &ring, line.as_bytes());
+            total += line.len() as u64;
+        }
+        read(&screen, &ring, b"\x07\x1b]2;done\x07last");
+        total += 13 + 4;
+        let snapshot = screen.snapshot(&ring);
+        assert_eq!(snapshot.offset, total, "the snapshot is at the ring's end");
+        let text = String::from_utf8_lossy(&snapshot.data);
+        assert!(text.contains("line 499"), "{text:?}");
+        assert!(
+            text.contains("line 490"),
+            "scrollback holds the last lines: {text:?}"
+        );
+        assert!(!text.contains("line 487"), "bounded scrollback: {text:?}");
+        let events = screen.events(0, total);
+        assert_eq!(
+            events.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
+            vec![WireEvent::Bell, WireEvent::Title("done".into())]
+        );
+        assert_eq!(events[0].key, 1);
+        assert_eq!(events[1].key, 2);
+        assert!(events.iter().all(|e| e.offset == total));
+        assert!(screen.events(2, total).is_empty(), "nothing after key 2");
+        assert!(
+            screen.events(0, total - 1).is_empty(),
+            "not before their offset"
+        );
+    }
+
+    #[test]
+    fn the_event_list_is_bounded_and_keys_keep_counting() {
+        let ring = Mutex::new(Ring::new(1 << 16));
+        let screen = PtyScreen::new(pty(), TermSize { cols: 20, rows: 3 }, 10);
+        read(&screen, &ring, &[0x07; MAX_EVENTS + 10]);
+        screen.catch_up(&ring);
+        let events = screen.events(0, u64::MAX);
+        assert_eq!(events.len(), MAX_EVENTS);
+        assert_eq!(events[0].key, 11, "the oldest were dropped");
+        assert_eq!(events.last().unwrap().key, (MAX_EVENTS + 10) as u64);
+        assert_eq!(*screen.watch_keys().borrow(), (MAX_EVENTS + 10) as u64);
+    }
+
+    #[test]
+    fn a_resize_applies_after_the_output_read_before_it() {
+        let ring = Mutex::new(Ring::new(1 << 16));
+        let screen = PtyScreen::new(pty(), TermSize { cols: 20, rows: 3 }, 10);
+        read(&screen, &ring, b"abc");
+        screen.resize(&ring, TermSize { cols: 30, rows: 5 });
+        let snapshot = screen.snapshot(&ring);
+        assert_eq!(snapshot.size, TermSize { cols: 30, rows: 5 });
+        assert_eq!(snapshot.offset, 3);
+        assert!(String::from_utf8_lossy(&snapshot.data).contains("abc"));
+    }
+}

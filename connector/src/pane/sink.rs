@@ -362,6 +362,69 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_pieces_are_assembled_and_output_continues_from_their_offset() {
+        let (sink, mut q) = PaneSink::new(100);
+        let size = TermSize { cols: 80, rows: 24 };
+        sink.started(1000, 900, true);
+        assert!(sink.snapshot_piece(1000, size, b"\x1b[H".to_vec(), false));
+        assert!(sink.snapshot_piece(1000, size, b"screen".to_vec(), true));
+        assert!(sink.output(1000, b"live".to_vec()));
+        let got: Vec<_> = std::iter::from_fn(|| q.rx.try_recv().ok()).collect();
+        assert_eq!(
+            got,
+            vec![
+                PaneEvent::Snapshot {
+                    offset: 1000,
+                    size,
+                    data: b"\x1b[Hscreen".to_vec()
+                },
+                out(1000, b"live"),
+            ],
+            "no gap for the bytes the snapshot stands for"
+        );
+        assert_eq!(sink.resume_point(), Some(1004));
+    }
+
+    #[test]
+    fn a_resume_with_a_snapshot_reports_no_gap_and_events_are_delivered_once() {
+        let (sink, mut q) = PaneSink::new(100);
+        sink.started(0, 0, false);
+        assert!(sink.output(0, b"ab".to_vec()));
+        assert!(sink.screen_event(1, 2, ScreenEvent::Bell));
+        assert_eq!(sink.last_event_key(), 1);
+        // Reconnect: the agent no longer holds 2..50 and sends a snapshot at 50, then resends
+        // event 1 (it was asked for events after 1, but a repeat must not pass anyway).
+        assert!(sink.resumed(50, 100, true));
+        let size = TermSize { cols: 10, rows: 2 };
+        assert!(sink.snapshot_piece(50, size, b"s".to_vec(), true));
+        assert!(sink.screen_event(1, 2, ScreenEvent::Bell));
+        assert!(sink.screen_event(2, 50, ScreenEvent::Title("t".into())));
+        let got: Vec<_> = std::iter::from_fn(|| q.rx.try_recv().ok()).collect();
+        assert_eq!(
+            got,
+            vec![
+                out(0, b"ab"),
+                PaneEvent::Event {
+                    key: 1,
+                    offset: 2,
+                    event: ScreenEvent::Bell
+                },
+                PaneEvent::Resumed { from: 50 },
+                PaneEvent::Snapshot {
+                    offset: 50,
+                    size,
+                    data: b"s".to_vec()
+                },
+                PaneEvent::Event {
+                    key: 2,
+                    offset: 50,
+                    event: ScreenEvent::Title("t".into())
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn queue_cap_is_bounded_by_the_window() {
         assert_eq!(queue_cap(1000, true), 2000 + MAX_OUTPUT_CHUNK as u64);
         assert!(queue_cap(1000, false) >= 2 << 20);

@@ -7,6 +7,7 @@
 //! cargo bench -p relay-tests --bench relay_bench -- --local --ssh      # and SSH figures (Docker)
 //! cargo bench -p relay-tests --bench relay_bench -- --resilience       # reconnect figures only
 //!                                                                      # (Docker and root)
+//! cargo bench -p relay-tests --bench relay_bench -- --screen           # terminal model figures
 //! ```
 //!
 //! Figures are printed as a Markdown table to paste into `docs/performance.md`. This is not a test:
@@ -21,6 +22,7 @@ use relay_protocol::{PaneKey, SpawnSpec};
 use relay_tests::TestHome;
 
 mod resilience;
+mod screen;
 mod ssh;
 
 /// The throughput workload of the issue: about 20.9 MB of text.
@@ -35,7 +37,7 @@ async fn main() -> anyhow::Result<()> {
 
     let group = |g: &str| args.iter().any(|a| a == g);
     // Local figures unless only other groups were asked for.
-    if group("--local") || !(group("--ssh") || group("--resilience")) {
+    if group("--local") || !(group("--ssh") || group("--resilience") || group("--screen")) {
         let home = TestHome::new();
         let session = home.session().await;
         local(&session, &mut rows).await?;
@@ -47,6 +49,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if group("--resilience") {
         resilience::run(&mut rows).await?;
+    }
+    if group("--screen") {
+        screen::run(&mut rows).await?;
     }
 
     println!("\n| measurement | relay (median) | baseline (median) | baseline |");
@@ -110,6 +115,14 @@ async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         "same command in a plain PTY",
     ));
     Ok(())
+}
+
+/// A spawn spec running `script` with `sh -c`.
+fn sh(script: &str) -> SpawnSpec {
+    SpawnSpec {
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        ..SpawnSpec::default()
+    }
 }
 
 /// Opens a pane running `cmd` and attaches from offset 0.

@@ -1,0 +1,137 @@
+//! The terminal model's cost and what it buys (issue 7): throughput with the model on next to the
+//! same agent with it off (`RELAY_SCREEN_MODEL=off`), agent RSS per idle pane on and off, and the
+//! time from a re-attach to a correct screen after 50 MB of missed output.
+
+use std::time::{Duration, Instant};
+
+use relay_connector::{PaneEvent, Session};
+use relay_protocol::{PaneKey, Resume};
+use relay_tests::TestHome;
+
+use super::{open, rate, rate_row, read_to, row, Row, SEQ, THROUGHPUT_RUNS};
+
+const IDLE_PANES: usize = 100;
+const REATTACH_RUNS: usize = 5;
+
+pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let on = TestHome::new();
+    let off = TestHome::with_env(&[("RELAY_SCREEN_MODEL", "off")]);
+    let (s_on, s_off) = (on.session().await, off.session().await);
+
+    // Throughput, alternating model on and off.
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for i in 0..THROUGHPUT_RUNS {
+        for (session, into) in [(&s_on, &mut with), (&s_off, &mut without)] {
+            let pane = PaneKey::new("bench", "seq", i.to_string());
+            let t = Instant::now();
+            let mut handle = open(session, pane, &SEQ).await?;
+            let bytes = read_to(&mut handle, |_, exited| exited).await?;
+            into.push(rate(bytes, t.elapsed()));
+        }
+    }
+    rows.push(rate_row(
+        "local `seq 1 3000000`, terminal model on",
+        &with,
+        &without,
+        "same agent build, model off",
+    ));
+
+    // Agent RSS with idle panes (a shell prompt each), model on and off.
+    let rss_on = idle_rss(&on, &s_on).await?;
+    let rss_off = idle_rss(&off, &s_off).await?;
+    rows.push((
+        format!("agent RSS growth per idle pane ({IDLE_PANES} `sh` panes, 80×24)"),
+        format!("{:.0} KiB", rss_on),
+        format!("{:.0} KiB", rss_off),
+        "model off".into(),
+    ));
+
+    // Re-attach to a correct screen after 50 MB of output the client missed.
+    let pane = PaneKey::new("bench", "missed", "0");
+    let script = "read go; head -c 50000000 /dev/zero | tr '\\0' 'x' | fold -w 79; printf 'end-marker'; read end";
+    let (created, first) = s_on
+        .open_screen(pane.clone(), super::sh(script), Resume::From(0), 0)
+        .await?;
+    drop(first);
+    s_on.input(&created.binding, b"go\n").await?;
+    wait_output(&s_on, &pane, 50_000_000).await?;
+    let mut reattach = Vec::new();
+    for _ in 0..REATTACH_RUNS {
+        let t = Instant::now();
+        let mut handle = s_on
+            .attach_screen(pane.clone(), Some(created.binding.pty), Resume::From(0), 0)
+            .await?;
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), handle.next()).await? {
+                Some(PaneEvent::Snapshot { data, .. }) => {
+                    anyhow::ensure!(
+                        String::from_utf8_lossy(&data).contains("end-marker"),
+                        "snapshot without the end marker"
+                    );
+                    break;
+                }
+                Some(PaneEvent::Event { .. }) => {}
+                other => anyhow::bail!("expected a snapshot, got {other:?}"),
+            }
+        }
+        reattach.push(t.elapsed());
+    }
+    rows.push(row(
+        "re-attach → correct screen after 50 MB missed (local)",
+        &reattach,
+        &[],
+        "—",
+    ));
+    Ok(())
+}
+
+/// KiB of daemon RSS added per idle pane.
+async fn idle_rss(home: &TestHome, session: &Session) -> anyhow::Result<f64> {
+    let pid = home
+        .daemon_pid()
+        .ok_or_else(|| anyhow::anyhow!("no daemon"))?;
+    let before = rss_kib(pid)?;
+    let mut handles = Vec::new();
+    for i in 0..IDLE_PANES {
+        let pane = PaneKey::new("bench", "idle", i.to_string());
+        let mut h = open(session, pane, &["sh", "-i"]).await?;
+        read_to(&mut h, |text, _| text.contains('$') || text.contains('#')).await?;
+        handles.push(h);
+    }
+    // Let every model catch up with its prompt.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib(pid)?;
+    Ok((after - before) / IDLE_PANES as f64)
+}
+
+fn rss_kib(pid: i32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS"))?;
+    Ok(line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0))
+}
+
+async fn wait_output(session: &Session, pane: &PaneKey, bytes: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let done = session
+            .list_leases()
+            .await?
+            .iter()
+            .any(|l| &l.binding.pane == pane && l.bytes_out >= bytes);
+        if done {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{pane} did not write {bytes} bytes"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
