@@ -87,8 +87,13 @@ impl PtyScreen {
         incoming: usize,
     ) {
         let fed = self.fed.load(Ordering::Acquire);
-        if ring_end + incoming as u64 - fed > capacity as u64 {
-            self.catch_up(ring);
+        let needed = ring_end + incoming as u64;
+        if needed - fed > capacity as u64 {
+            // Only what makes room, plus a chunk: the reader is held up briefly and often rather
+            // than for a whole ring at once.
+            let upto = needed - capacity as u64 + CATCH_UP_CHUNK as u64;
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            self.catch_up_locked(&mut inner, ring, upto);
         }
     }
 
@@ -107,15 +112,17 @@ impl PtyScreen {
     /// Parses everything the ring holds beyond what the model has seen.
     pub fn catch_up(&self, ring: &Mutex<Ring>) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring);
+        self.catch_up_locked(&mut inner, ring, u64::MAX);
     }
 
-    fn catch_up_locked(&self, inner: &mut Inner, ring: &Mutex<Ring>) {
-        loop {
+    /// Parses ring bytes from the model's offset up to `upto` (or the ring's end).
+    fn catch_up_locked(&self, inner: &mut Inner, ring: &Mutex<Ring>, upto: u64) {
+        while inner.fed < upto {
+            let max = (upto - inner.fed).min(CATCH_UP_CHUNK as u64) as usize;
             let read = ring
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .read_from(inner.fed, CATCH_UP_CHUNK);
+                .read_from(inner.fed, max);
             match read {
                 ReadFrom::Data(data) => {
                     let Inner {
@@ -162,7 +169,7 @@ impl PtyScreen {
     /// small) plus the rendering (well under a millisecond for a 120×40 screen).
     pub fn snapshot(&self, ring: &Mutex<Ring>) -> TakenSnapshot {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring);
+        self.catch_up_locked(&mut inner, ring, u64::MAX);
         let (cols, rows) = inner.model.size();
         TakenSnapshot {
             offset: inner.fed,
@@ -175,7 +182,7 @@ impl PtyScreen {
     /// the new one.
     pub fn resize(&self, ring: &Mutex<Ring>, size: TermSize) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring);
+        self.catch_up_locked(&mut inner, ring, u64::MAX);
         inner.model.resize(size.cols, size.rows);
     }
 
@@ -258,7 +265,7 @@ mod tests {
             total += line.len() as u64;
         }
         read(&screen, &ring, b"\x07\x1b]2;done\x07last");
-        total += 13 + 4;
+        total += 14;
         let snapshot = screen.snapshot(&ring);
         assert_eq!(snapshot.offset, total, "the snapshot is at the ring's end");
         let text = String::from_utf8_lossy(&snapshot.data);
