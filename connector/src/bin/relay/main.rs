@@ -9,6 +9,7 @@ mod cli;
 mod common;
 mod escape;
 mod input;
+mod modes;
 mod screen;
 mod shell;
 mod status;

@@ -6,7 +6,11 @@
 //! pane events, which holds back credit, which stops the agent forwarding (it keeps draining the
 //! PTY). The status line is never written into the middle of an escape sequence or a UTF-8
 //! character the program is writing: it waits until the output is back at ground state.
+//!
+//! When relay leaves, the terminal is given back as it was found: after the queued output, the
+//! resets for the modes the program left on (see [`crate::modes`]).
 
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -14,6 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
+use crate::modes::Modes;
 use crate::status::StatusLine;
 
 /// Bytes of output that may wait for stdout before pane events are no longer taken.
@@ -26,6 +31,10 @@ pub struct Screen {
     room: Arc<Notify>,
     task: JoinHandle<std::io::Result<()>>,
     parser: Parser,
+    /// The modes the program set on the terminal, undone by [`Screen::finish`].
+    modes: Modes,
+    /// stdout is a terminal: the modes are undone on leaving (a pipe gets the bytes as they are).
+    restore: bool,
     tty: bool,
     line: StatusLine,
     /// A status update that waits for the output to reach ground state.
@@ -66,6 +75,8 @@ impl Screen {
             room,
             task,
             parser: Parser::default(),
+            modes: Modes::default(),
+            restore: std::io::stdout().is_terminal(),
             tty,
             line: StatusLine::new(tty),
             deferred: None,
@@ -93,6 +104,7 @@ impl Screen {
     /// Queues the program's output.
     pub fn output(&mut self, data: Vec<u8>) {
         self.parser.feed(&data);
+        self.modes.feed(&data);
         self.send(data);
         if self.parser.at_ground() {
             if let Some((text, cols)) = self.deferred.take() {
@@ -136,11 +148,19 @@ impl Screen {
         }
     }
 
-    /// Clears the status line and writes everything queued. Unbounded (stdout may not take
-    /// it): the caller bounds it.
+    /// Clears the status line, writes everything queued and then puts the terminal back: leaves
+    /// the alternate screen and turns off the modes the program left on. Unbounded (stdout may
+    /// not take it): the caller bounds it.
     pub async fn finish(mut self) {
         if self.tty && self.line.is_shown() && self.parser.at_ground() {
             self.draw(None, 80);
+        }
+        if self.restore {
+            // Every reset starts with ESC, which also ends a sequence the output left unfinished.
+            let resets = self.modes.resets();
+            if !resets.is_empty() {
+                self.send(resets);
+            }
         }
         self.tx = None;
         let _ = (&mut self.task).await;

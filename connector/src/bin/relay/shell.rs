@@ -5,8 +5,8 @@
 //! Rule G: once attached, the terminal loop never waits for the agent. Keystrokes go through the
 //! library's input writer, resizes through their own task; so `~.`, SIGTERM and SIGHUP are
 //! handled at once even when the agent is stopped or the link is down. A detach restores the
-//! terminal first and then spends at most [`DETACH_GRACE`] delivering typed input and the
-//! `Detach`.
+//! terminal first (the program's modes undone, see [`crate::modes`], then raw mode left) and then
+//! spends at most [`DETACH_GRACE`] delivering typed input and the `Detach`.
 //!
 //! When the link drops, the pane's stream is interrupted, not ended: the status line (see
 //! [`crate::status`]) says what is happening, and output continues from the last offset once the
