@@ -65,7 +65,8 @@ pub async fn rule_a_100_killed_connections_keep_exactly_the_same_three_shells() 
 /// Rules A and E, with a silent partition (every packet dropped, no RST) of 45 s while one pane
 /// prints ~1 MB/s and another is idle: the link is declared dead within 10 s, the host recovers
 /// by itself after the partition heals, the flooding pane's lines arrive in order with no
-/// repeat (an explicit gap where the agent's replay ring could not hold 45 s of output), the
+/// repeat (a snapshot of the screen where the agent's replay ring could not hold 45 s of
+/// output, never a gap), the
 /// idle pane takes input again, and no shell on the host was touched.
 pub async fn rule_a_a_45s_silent_partition_is_detected_and_healed_without_silent_loss() {
     let rig = Rig::start(|_| {}).await;
@@ -116,9 +117,16 @@ pub async fn rule_a_a_45s_silent_partition_is_detected_and_healed_without_silent
         let lines = line_numbers(&c.text());
         assert!(lines.len() > 1000, "{}", lines.len());
         assert!(strictly_increasing(&lines), "every line once, in order");
-        // Lines are only missing where the stream says so.
+        // Lines are only missing where the stream says so: with the agent's `screen`
+        // capability by a snapshot of the screen (rule E: a gap is resolved by resnapshot).
         let missing = lines.windows(2).any(|w| w[1] != w[0] + 1);
-        assert_eq!(missing, !c.gaps.is_empty(), "gaps {:?}", c.gaps);
+        assert!(c.gaps.is_empty(), "a snapshot, never a gap: {:?}", c.gaps);
+        assert_eq!(
+            missing,
+            !c.snapshots.is_empty(),
+            "snapshots at {:?}",
+            c.snapshots.iter().map(|s| s.0).collect::<Vec<_>>()
+        );
     });
     idle.type_line("after");
     idle.wait_text("got:after", Duration::from_secs(30)).await;
