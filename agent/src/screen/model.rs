@@ -32,21 +32,9 @@ use vt100::capture::{BasicFormattedCaptureState, RowContents};
 /// Default number of scrolled-off primary-screen lines a model keeps for snapshots.
 pub const DEFAULT_SCROLLBACK_LINES: usize = 1000;
 
-/// Something a program did that an app wants as a typed event (not screen content).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScreenEvent {
-    /// BEL (0x07) outside OSC/DCS strings (a BEL ending an OSC is its terminator, not a bell).
-    Bell,
-    /// OSC 0 or OSC 2 (window title), decoded as lossy UTF-8; at most 1 KiB of the OSC is kept.
-    Title(String),
-    /// OSC 7 (current directory): the URL text as given, e.g. `file://host/path`.
-    Cwd(String),
-    /// OSC 133 ; D [; code] (shell integration: a command finished).
-    CommandFinished {
-        /// The exit status if the shell sent one that parses as an `i32`.
-        exit_code: Option<i32>,
-    },
-}
+/// Typed events are the wire's: bell, title (OSC 0/2), working directory (OSC 7) and command
+/// finished (OSC 133;D), as documented on [`ScreenEvent`].
+pub use relay_protocol::ScreenEvent;
 
 /// A terminal model fed with a PTY's output in order; swappable (vt100 today).
 pub trait TerminalModel: Send {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use relay_protocol::message::Event;
-use relay_protocol::{PtyId, ScreenEvent as WireEvent, TermSize};
+use relay_protocol::{PtyId, TermSize};
 use tokio::sync::watch;
 
 use super::model::{ScreenEvent, TerminalModel, Vt100Model};
@@ -156,7 +156,7 @@ impl PtyScreen {
                 pty: self.pty,
                 key,
                 offset: inner.fed,
-                event: wire_event(found),
+                event: found,
             });
         }
         while inner.events.len() > MAX_EVENTS {
@@ -221,15 +221,6 @@ pub struct ScreenFeed {
     pub ring: Arc<Mutex<Ring>>,
 }
 
-fn wire_event(e: ScreenEvent) -> WireEvent {
-    match e {
-        ScreenEvent::Bell => WireEvent::Bell,
-        ScreenEvent::Title(t) => WireEvent::Title(t),
-        ScreenEvent::Cwd(c) => WireEvent::Cwd(c),
-        ScreenEvent::CommandFinished { exit_code } => WireEvent::CommandFinished { exit_code },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,7 +269,7 @@ mod tests {
         let events = screen.events(0, total);
         assert_eq!(
             events.iter().map(|e| e.event.clone()).collect::<Vec<_>>(),
-            vec![WireEvent::Bell, WireEvent::Title("done".into())]
+            vec![ScreenEvent::Bell, ScreenEvent::Title("done".into())]
         );
         assert_eq!(events[0].key, 1);
         assert_eq!(events[1].key, 2);
