@@ -83,6 +83,23 @@ impl Ring {
         self.buf.extend(data);
     }
 
+    /// How many times `byte` occurs in the held bytes from `offset` (or the oldest held) to the
+    /// end, counting at most to `limit` (the scan stops there). No copy.
+    pub fn count_from(&self, offset: u64, byte: u8, limit: usize) -> usize {
+        let first = offset.saturating_sub(self.start).min(self.buf.len() as u64) as usize;
+        let (a, b) = self.buf.as_slices();
+        let (a, b) = if first < a.len() {
+            (&a[first..], b)
+        } else {
+            (&b[first - a.len()..], &[][..])
+        };
+        a.iter()
+            .chain(b)
+            .filter(|&&x| x == byte)
+            .take(limit)
+            .count()
+    }
+
     /// Reads at most `max` bytes (at least 1 is assumed) starting at `offset`.
     pub fn read_from(&self, offset: u64, max: usize) -> ReadFrom {
         let end = self.end();
@@ -194,6 +211,25 @@ mod tests {
                 assert_eq!(got, want, "offset {offset}");
             }
         }
+    }
+
+    #[test]
+    fn count_from_counts_across_the_wrap() {
+        let mut ring = Ring::new(8);
+        ring.append(b"a\nb\nc\n");
+        ring.append(b"d\ne\n"); // holds "b\nc\nd\ne\n" from offset 2
+        let all = usize::MAX;
+        assert_eq!(
+            ring.count_from(0, b'\n', all),
+            4,
+            "from before the start: all held"
+        );
+        assert_eq!(ring.count_from(3, b'\n', all), 4);
+        assert_eq!(ring.count_from(4, b'\n', all), 3);
+        assert_eq!(ring.count_from(4, b'\n', 2), 2, "stops at the limit");
+        assert_eq!(ring.count_from(9, b'\n', all), 1);
+        assert_eq!(ring.count_from(10, b'\n', all), 0);
+        assert_eq!(ring.count_from(99, b'\n', all), 0);
     }
 
     #[test]

@@ -54,6 +54,14 @@ pub trait TerminalModel: Send {
     fn snapshot(&self) -> Vec<u8>;
     /// `true` while a full-screen program has the alternate screen active.
     fn alternate_screen(&self) -> bool;
+    /// Whether rows leaving the primary screen are kept as scrollback (on by default). A caller
+    /// that knows far more lines follow than the scrollback keeps turns it off while it feeds
+    /// the earlier part of a long backlog: those rows would be dropped again anyway, and keeping
+    /// them is most of the cost of parsing short lines. Turning it off forgets the scrollback
+    /// held; if fewer rows than the scrollback holds arrive after it is turned on again, the
+    /// snapshot's scrollback starts with a line saying that earlier lines were not kept (never
+    /// a silent hole).
+    fn set_scrollback_capture(&mut self, on: bool);
 }
 
 /// [`TerminalModel`] over a `vt100` parser, with its own text scrollback.
@@ -148,6 +156,10 @@ impl TerminalModel for Vt100Model {
 
     fn alternate_screen(&self) -> bool {
         self.parser.screen().alternate_screen()
+    }
+
+    fn set_scrollback_capture(&mut self, on: bool) {
+        self.parser.callbacks_mut().scrollback.set_capture(on);
     }
 }
 
@@ -276,7 +288,15 @@ struct Scrollback {
     max_lines: usize,
     /// Reused for formatting one row.
     line: String,
+    /// Rows are kept (see [`TerminalModel::set_scrollback_capture`]).
+    capture: bool,
+    /// Rows left the screen while capture was off, and the store has not filled up since: the
+    /// oldest line kept is not the one right after what the terminal showed before.
+    hole: bool,
 }
+
+/// First line of a snapshot's scrollback when rows before it were not kept.
+const NOT_KEPT: &[u8] = b"\x1b[2m[relay: earlier lines were not kept]\x1b[m\r\n";
 
 impl Scrollback {
     fn new(max_lines: usize) -> Self {
@@ -286,11 +306,24 @@ impl Scrollback {
             last_wrapped: false,
             max_lines,
             line: String::new(),
+            capture: true,
+            hole: false,
         }
+    }
+
+    fn set_capture(&mut self, on: bool) {
+        self.capture = on;
     }
 
     fn push(&mut self, row: &RowContents<'_>) {
         if self.max_lines == 0 {
+            return;
+        }
+        if !self.capture {
+            if !self.hole {
+                self.clear();
+                self.hole = true;
+            }
             return;
         }
         self.line.clear();
@@ -312,18 +345,26 @@ impl Scrollback {
         self.text.extend(self.line.as_bytes());
         self.line_lens
             .push_back(u32::try_from(self.line.len()).unwrap_or(u32::MAX));
+        if self.line_lens.len() == self.max_lines {
+            // The rows that were not kept would have been dropped by now anyway.
+            self.hole = false;
+        }
     }
 
     fn clear(&mut self) {
         self.text.clear();
         self.line_lens.clear();
         self.last_wrapped = false;
+        self.hole = false;
     }
 
     /// Appends the rows to `out`, ending at the start of a line; `false` if there are none.
     fn write_to(&self, out: &mut Vec<u8>) -> bool {
+        if self.hole {
+            out.extend_from_slice(NOT_KEPT);
+        }
         if self.line_lens.is_empty() {
-            return false;
+            return self.hole;
         }
         let (front, back) = self.text.as_slices();
         out.extend_from_slice(front);

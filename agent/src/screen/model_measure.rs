@@ -32,6 +32,11 @@ fn print_figures() {
             chunks().for_each(|chunk| parser.process(chunk));
             report(format!("vt100 alone, its scrollback {capacity}"), start);
         }
+        let mut model = Vt100Model::new(80, 24, DEFAULT_SCROLLBACK_LINES);
+        model.set_scrollback_capture(false);
+        let start = Instant::now();
+        chunks().for_each(|chunk| model.feed(chunk, &mut Vec::new()));
+        report("model 80×24, capture off (a long backlog)".into(), start);
         for lines in [0, DEFAULT_SCROLLBACK_LINES] {
             let mut model = Vt100Model::new(120, 40, lines);
             let start = Instant::now();

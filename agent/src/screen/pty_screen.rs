@@ -27,6 +27,13 @@ pub const MAX_EVENTS: usize = 256;
 /// Bytes parsed per ring read while catching up.
 const CATCH_UP_CHUNK: usize = 64 * 1024;
 
+/// A lag beyond which the model looks ahead: rows leaving the screen early in a long backlog are
+/// not kept when at least [`LOOKAHEAD_FACTOR`] × (scrollback + rows) newlines follow them.
+const LOOKAHEAD_LAG: u64 = 256 * 1024;
+
+/// Safety margin on newlines counted ahead (cursor movement can undo some of them).
+const LOOKAHEAD_FACTOR: usize = 4;
+
 /// A snapshot taken at an exact output offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TakenSnapshot {
@@ -41,6 +48,7 @@ pub struct TakenSnapshot {
 /// The terminal model of one PTY and its events. Shared as `Arc<PtyScreen>`.
 pub struct PtyScreen {
     pty: PtyId,
+    scrollback_lines: usize,
     inner: Mutex<Inner>,
     /// Mirror of `Inner::fed` readable without the lock (the reader's lag check).
     fed: AtomicU64,
@@ -64,6 +72,7 @@ impl PtyScreen {
         let model = Vt100Model::new(size.cols, size.rows, scrollback_lines);
         PtyScreen {
             pty,
+            scrollback_lines,
             inner: Mutex::new(Inner {
                 model: Box::new(model),
                 fed: 0,
@@ -116,18 +125,31 @@ impl PtyScreen {
     }
 
     /// Parses ring bytes from the model's offset up to `upto` (or the ring's end).
+    ///
+    /// With a long backlog (a flood the model fell behind), rows that leave the screen while it
+    /// parses the early part are not kept as scrollback when enough newlines follow to push them
+    /// out again; parsing short lines is then several times faster. The screen itself is always
+    /// parsed from every byte.
     fn catch_up_locked(&self, inner: &mut Inner, ring: &Mutex<Ring>, upto: u64) {
+        let rows = usize::from(inner.model.size().1);
+        let needed = LOOKAHEAD_FACTOR * (self.scrollback_lines + rows);
         while inner.fed < upto {
             let max = (upto - inner.fed).min(CATCH_UP_CHUNK as u64) as usize;
-            let read = ring
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .read_from(inner.fed, max);
+            let (read, far_behind) = {
+                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                let read = ring.read_from(inner.fed, max);
+                // Counted to the ring's end even when parsing stops at `upto`: every byte held
+                // is parsed before any snapshot is taken. The scan stops at `needed`.
+                let far_behind = ring.end().saturating_sub(inner.fed) > LOOKAHEAD_LAG
+                    && ring.count_from(inner.fed + max as u64, b'\n', needed) >= needed;
+                (read, far_behind)
+            };
             match read {
                 ReadFrom::Data(data) => {
                     let Inner {
                         model, found, fed, ..
                     } = &mut *inner;
+                    model.set_scrollback_capture(!far_behind || data.len() < max);
                     model.feed(&data, found);
                     *fed += data.len() as u64;
                     self.fed.store(*fed, Ordering::Release);
@@ -140,9 +162,10 @@ impl PtyScreen {
                     inner.fed = to;
                     self.fed.store(to, Ordering::Release);
                 }
-                ReadFrom::End | ReadFrom::Beyond { .. } => return,
+                ReadFrom::End | ReadFrom::Beyond { .. } => break,
             }
         }
+        inner.model.set_scrollback_capture(true);
     }
 
     fn record_events(&self, inner: &mut Inner) {
@@ -278,6 +301,49 @@ mod tests {
         assert!(
             screen.events(0, total - 1).is_empty(),
             "not before their offset"
+        );
+    }
+
+    #[test]
+    fn a_long_backlog_keeps_exactly_the_last_scrollback_lines() {
+        // 400 KB of short lines behind the model: the early rows are not kept (too many
+        // newlines follow), yet the snapshot's scrollback is the last 10 lines, as if every row
+        // had been kept, and no "not kept" note appears.
+        let ring = Mutex::new(Ring::new(1 << 20));
+        let screen = PtyScreen::new(pty(), TermSize { cols: 20, rows: 3 }, 10);
+        let mut all = Vec::new();
+        for i in 0..50_000 {
+            all.extend_from_slice(format!("{i}\r\n").as_bytes());
+        }
+        ring.lock().unwrap().append(&all);
+        let snapshot = screen.snapshot(&ring);
+        let text = String::from_utf8_lossy(&snapshot.data);
+        for i in 49_988..50_000 {
+            assert!(text.contains(&format!("{i}\r\n")), "line {i}: {text:?}");
+        }
+        assert!(!text.contains("49987"), "{text:?}");
+        assert!(!text.contains("not kept"), "{text:?}");
+    }
+
+    #[test]
+    fn rows_not_kept_and_not_pushed_out_again_are_said_to_be_missing() {
+        let ring = Mutex::new(Ring::new(1 << 20));
+        let screen = PtyScreen::new(pty(), TermSize { cols: 20, rows: 3 }, 10);
+        let mut all = Vec::new();
+        for i in 0..50_000 {
+            all.extend_from_slice(format!("{i}\r\n").as_bytes());
+        }
+        // The newlines that follow are cursor-up + newline pairs: they scroll nothing.
+        // Enough of them that the model is still far behind when it parses the last numbers.
+        for _ in 0..200_000 {
+            all.extend_from_slice(b"\x1b[A\n");
+        }
+        ring.lock().unwrap().append(&all);
+        let snapshot = screen.snapshot(&ring);
+        let text = String::from_utf8_lossy(&snapshot.data);
+        assert!(
+            text.contains("[relay: earlier lines were not kept]"),
+            "{text:?}"
         );
     }
 

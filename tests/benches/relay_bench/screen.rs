@@ -55,6 +55,15 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     drop(first);
     s_on.input(&created.binding, b"go\n").await?;
     wait_output(&s_on, &pane, 50_000_000).await?;
+    // The end marker comes after the 50 MB (and the PTY's added carriage returns): wait for it.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !snapshot_text(&s_on, &pane, created.binding.pty)
+        .await?
+        .contains("end-marker")
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the 50 MB were not written");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let mut reattach = Vec::new();
     for _ in 0..REATTACH_RUNS {
         let t = Instant::now();
@@ -83,6 +92,26 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         "—",
     ));
     Ok(())
+}
+
+/// The text of a snapshot of `pane` taken now.
+async fn snapshot_text(
+    session: &Session,
+    pane: &PaneKey,
+    pty: relay_protocol::PtyId,
+) -> anyhow::Result<String> {
+    let mut handle = session
+        .attach_screen(pane.clone(), Some(pty), Resume::Snapshot, 0)
+        .await?;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), handle.next()).await? {
+            Some(PaneEvent::Snapshot { data, .. }) => {
+                return Ok(String::from_utf8_lossy(&data).into_owned())
+            }
+            Some(PaneEvent::Event { .. }) => {}
+            other => anyhow::bail!("expected a snapshot, got {other:?}"),
+        }
+    }
 }
 
 /// KiB of daemon RSS added per idle pane.
