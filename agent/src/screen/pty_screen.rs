@@ -2,8 +2,9 @@
 //! offset, and the bounded list of typed events with their keys.
 //!
 //! The model is fed from the ring, not by the PTY reader directly: the reader appends to the ring
-//! and asks the shared [`worker`](super::worker) to catch the model up, so parsing runs beside
-//! the reader instead of slowing it down. Only when the model lags so far that the next append
+//! and asks the shared [`worker`](super::worker) to catch the model up (in batches, at most
+//! [`BATCH_DELAY`](super::worker::BATCH_DELAY) late), so parsing runs beside the reader instead
+//! of slowing it down. Only when the model lags so far that the next append
 //! would drop bytes it has not parsed does the reader parse them itself first
 //! ([`PtyScreen::before_append`]); the model therefore sees every byte, in order (rule E), and the
 //! reader never waits for a client (rule F).
@@ -24,15 +25,15 @@ use crate::ring::{ReadFrom, Ring};
 /// Events kept per PTY for clients that attach later (the oldest are dropped first).
 pub const MAX_EVENTS: usize = 256;
 
-/// Bytes parsed per ring read while catching up.
-const CATCH_UP_CHUNK: usize = 64 * 1024;
+/// Bytes parsed per ring read while catching up (also the unit of the look-ahead decision).
+const CATCH_UP_CHUNK: usize = 16 * 1024;
 
 /// A lag beyond which the model looks ahead: rows leaving the screen early in a long backlog are
 /// not kept when at least [`LOOKAHEAD_FACTOR`] × (scrollback + rows) newlines follow them.
-const LOOKAHEAD_LAG: u64 = 256 * 1024;
+const LOOKAHEAD_LAG: u64 = 64 * 1024;
 
 /// Safety margin on newlines counted ahead (cursor movement can undo some of them).
-const LOOKAHEAD_FACTOR: usize = 4;
+const LOOKAHEAD_FACTOR: usize = 2;
 
 /// A snapshot taken at an exact output offset.
 #[derive(Debug, Clone, PartialEq, Eq)]

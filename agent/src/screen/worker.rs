@@ -4,15 +4,25 @@
 //! queued at a time, and a job parses everything the ring holds when it runs. With one thread for
 //! the whole daemon, 1,000 idle panes cost no threads here. A flood that outruns it is parsed by
 //! the reader itself before bytes would be dropped ([`PtyScreen::before_append`]).
+//!
+//! The thread lets work gather for [`BATCH_DELAY`] before it parses: a flood then reaches the
+//! model in pieces of hundreds of kilobytes, whose early rows it need not keep as scrollback
+//! (they scroll out again), which costs far less CPU than parsing every read as it comes. The
+//! model is at most that much behind the output when nobody asks; a snapshot, a resize and an
+//! exit each catch it up first.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
+use std::time::Duration;
 
 use super::pty_screen::{PtyScreen, ScreenFeed};
 use crate::ring::Ring;
 
 type Job = (Weak<PtyScreen>, Weak<Mutex<Ring>>);
+
+/// How long work gathers before the thread parses it (also the longest an event waits).
+pub const BATCH_DELAY: Duration = Duration::from_millis(50);
 
 static WORKER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
 
@@ -23,12 +33,16 @@ fn worker() -> Option<&'static mpsc::Sender<Job>> {
             let spawned = thread::Builder::new()
                 .name("relay-screen".into())
                 .spawn(move || {
-                    for (screen, ring) in rx {
-                        let (Some(screen), Some(ring)) = (screen.upgrade(), ring.upgrade()) else {
-                            continue;
-                        };
-                        screen.clear_queued();
-                        screen.catch_up(&ring);
+                    while let Ok(first) = rx.recv() {
+                        thread::sleep(BATCH_DELAY);
+                        for (screen, ring) in std::iter::once(first).chain(rx.try_iter()) {
+                            let (Some(screen), Some(ring)) = (screen.upgrade(), ring.upgrade())
+                            else {
+                                continue;
+                            };
+                            screen.clear_queued();
+                            screen.catch_up(&ring);
+                        }
                     }
                 });
             match spawned {

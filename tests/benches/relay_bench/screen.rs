@@ -36,6 +36,16 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         "same agent build, model off",
     ));
 
+    // Agent CPU while a pane prints ~2 MB/s of short lines that are read as they come.
+    let cpu_on = flood_cpu(&on, &s_on).await?;
+    let cpu_off = flood_cpu(&off, &s_off).await?;
+    rows.push((
+        "agent CPU, 5 s of a ~2 MB/s flood of 16-byte lines (read)".into(),
+        format!("{cpu_on:.0} % of a core"),
+        format!("{cpu_off:.0} % of a core"),
+        "model off".into(),
+    ));
+
     // Agent RSS with idle panes (a shell prompt each), model on and off.
     let rss_on = idle_rss(&on, &s_on).await?;
     let rss_off = idle_rss(&off, &s_off).await?;
@@ -112,6 +122,46 @@ async fn snapshot_text(
             other => anyhow::bail!("expected a snapshot, got {other:?}"),
         }
     }
+}
+
+/// The daemon's CPU use (user + system, % of one core) while a pane floods for 5 s.
+async fn flood_cpu(home: &TestHome, session: &Session) -> anyhow::Result<f64> {
+    const FLOOD: &str = "while :; do yes flood-flood-flood | head -c 65536; sleep 0.03; done";
+    let pid = home
+        .daemon_pid()
+        .ok_or_else(|| anyhow::anyhow!("no daemon"))?;
+    let pane = PaneKey::new("bench", "flood", "0");
+    let (created, mut handle) = session
+        .open_screen(pane, super::sh(FLOOD), Resume::Now, 0)
+        .await?;
+    let reader = tokio::spawn(async move { while handle.next().await.is_some() {} });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (t0, c0) = (Instant::now(), cpu_ticks(pid)?);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (t1, c1) = (Instant::now(), cpu_ticks(pid)?);
+    session.kill(&created.binding).await?;
+    reader.abort();
+    // Clock ticks are 1/100 s on Linux.
+    Ok((c1 - c0) as f64 / (t1 - t0).as_secs_f64())
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: i32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat
+        .rsplit_once(')')
+        .ok_or_else(|| anyhow::anyhow!("bad /proc stat"))?
+        .1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line: indexes 11 and 12 after the name.
+    Ok(field(11) + field(12))
 }
 
 /// KiB of daemon RSS added per idle pane.
