@@ -35,7 +35,8 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         Request::AttachScreen(a) => session.attach_screen(a).map(Response::ScreenAttached),
         Request::Input(i) => state.input(i).map(done),
         Request::InputSeq(i) => state.input_seq(i).map(done),
-        Request::Resize(r) => state.resize(r).map(done),
+        // A resize first parses the output the model has not seen (at most a ring).
+        Request::Resize(r) => crate::session::blocking(|| state.resize(r)).map(done),
         Request::Signal(s) => state.signal(s).map(done),
         Request::Kill(k) => state.kill(k).map(done),
         Request::Detach(d) => session.detach(d).map(done),

@@ -19,7 +19,9 @@
 //! and the caller logs how many were left out.
 
 use relay_protocol::message::Leases;
-use relay_protocol::{ErrorReply, LeaseInfo, LeaseState, Message, PaneKey, Response, SpawnSpec};
+use relay_protocol::{
+    ErrorReply, LeaseInfo, LeaseState, Message, PaneKey, Response, SpawnSpec, TermSize,
+};
 
 /// Longest pane key part (workspace, tab or leaf), in bytes.
 pub const MAX_KEY_PART: usize = 256;
@@ -31,6 +33,12 @@ pub const MAX_ENV_BYTES: usize = 64 * 1024;
 pub const MAX_CWD_BYTES: usize = 4096;
 /// Longest `TERM` value, in bytes.
 pub const MAX_TERM_BYTES: usize = 256;
+/// Most columns a PTY may have. Every PTY's terminal model holds its grid (32 bytes per cell), so
+/// an unbounded size would let one request exhaust the daemon's memory and end every shell.
+/// 1,000 columns is more than an 8K display shows with a 6-pixel font.
+pub const MAX_COLS: u16 = 1000;
+/// Most rows a PTY may have (see [`MAX_COLS`]); at the limits a grid is 32 MB.
+pub const MAX_ROWS: u16 = 1000;
 
 /// Checks a pane key's parts.
 ///
@@ -84,6 +92,26 @@ pub fn check_spec(spec: &SpawnSpec) -> Result<(), ErrorReply> {
     }
     if let Some(term) = &spec.term {
         too_long("term", term.len(), MAX_TERM_BYTES)?;
+    }
+    check_size(spec.size)
+}
+
+/// Checks a terminal size against [`MAX_COLS`] × [`MAX_ROWS`] (0 is refused elsewhere or taken
+/// as the default).
+///
+/// # Errors
+/// [`ErrorReply::LimitExceeded`] naming the dimension and its limit.
+pub fn check_size(size: TermSize) -> Result<(), ErrorReply> {
+    for (what, value, limit) in [
+        ("columns", size.cols, MAX_COLS),
+        ("rows", size.rows, MAX_ROWS),
+    ] {
+        if value > limit {
+            return Err(ErrorReply::LimitExceeded {
+                what: format!("terminal size of {value} {what}"),
+                limit: u64::from(limit),
+            });
+        }
     }
     Ok(())
 }
@@ -180,6 +208,32 @@ mod tests {
             });
             assert_eq!(got.as_deref(), *want, "pane {:?}", pane.leaf.len());
         }
+    }
+
+    #[test]
+    fn terminal_sizes_are_bounded() {
+        let size = |cols, rows| TermSize { cols, rows };
+        assert_eq!(check_size(size(1000, 1000)), Ok(()));
+        assert_eq!(check_size(size(80, 24)), Ok(()));
+        for (bad, what) in [(size(1001, 24), "columns"), (size(80, 65535), "rows")] {
+            match check_size(bad) {
+                Err(ErrorReply::LimitExceeded {
+                    what: w,
+                    limit: 1000,
+                }) => {
+                    assert!(w.contains(what), "{w}")
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let spec = SpawnSpec {
+            size: size(65535, 65535),
+            ..SpawnSpec::default()
+        };
+        assert!(matches!(
+            check_spec(&spec),
+            Err(ErrorReply::LimitExceeded { .. })
+        ));
     }
 
     #[test]

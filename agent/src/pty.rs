@@ -250,14 +250,16 @@ impl Pty {
     /// Sets the terminal size.
     ///
     /// # Errors
-    /// [`ErrorReply::BadRequest`] for a zero dimension; [`ErrorReply::Internal`] if the ioctl
-    /// fails.
+    /// [`ErrorReply::BadRequest`] for a zero dimension; [`ErrorReply::LimitExceeded`] beyond
+    /// [`MAX_COLS`](crate::limits::MAX_COLS) × [`MAX_ROWS`](crate::limits::MAX_ROWS);
+    /// [`ErrorReply::Internal`] if the ioctl fails.
     pub fn resize(&self, size: TermSize) -> Result<(), ErrorReply> {
         if size.cols == 0 || size.rows == 0 {
             return Err(ErrorReply::BadRequest {
                 message: format!("size {}x{} must be at least 1x1", size.cols, size.rows),
             });
         }
+        crate::limits::check_size(size)?;
         let master = self.master.lock().unwrap_or_else(|p| p.into_inner());
         master
             .resize(pty_size(size))

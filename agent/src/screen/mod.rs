@@ -2,10 +2,12 @@
 //!
 //! - [`model`]: the [`TerminalModel`] trait and its vt100 implementation (sans-IO);
 //! - [`pty_screen`]: one PTY's model fed from its ring, snapshots, the bounded event list;
+//! - [`unfinished`]: the escape sequence the output stopped inside (ends every snapshot);
 //! - [`worker`]: the daemon's one thread that keeps models caught up.
 
 mod model;
 pub mod pty_screen;
+pub mod unfinished;
 pub mod worker;
 
 pub use model::*;

@@ -29,6 +29,8 @@ use std::num::NonZeroU16;
 
 use vt100::capture::{BasicFormattedCaptureState, RowContents};
 
+use super::unfinished::Unfinished;
+
 /// Default number of scrolled-off primary-screen lines a model keeps for snapshots.
 pub const DEFAULT_SCROLLBACK_LINES: usize = 1000;
 
@@ -50,7 +52,9 @@ pub trait TerminalModel: Send {
     /// (characters, colours and attributes, cursor), then — while a full-screen program runs —
     /// `CSI ? 1049 h` and the alternate screen on top, so that the program's own exit shows the
     /// primary screen again; last the input modes (keypad, cursor keys, bracketed paste, mouse
-    /// mode and encoding, focus events), cursor visibility and style, and the title (OSC 2).
+    /// mode and encoding, focus events), cursor visibility and style, and the title (OSC 2);
+    /// at the very end the escape sequence or UTF-8 character the output stopped inside, so the
+    /// output that follows completes it on the client as it did in the model.
     fn snapshot(&self) -> Vec<u8>;
     /// `true` while a full-screen program has the alternate screen active.
     fn alternate_screen(&self) -> bool;
@@ -68,6 +72,7 @@ pub trait TerminalModel: Send {
 pub struct Vt100Model {
     parser: vt100::Parser<Hooks>,
     matcher: Matcher,
+    unfinished: Unfinished,
 }
 
 impl Vt100Model {
@@ -83,6 +88,7 @@ impl Vt100Model {
         Self {
             parser: vt100::Parser::new_with_callbacks(cells(rows), cells(cols), 0, hooks),
             matcher: Matcher::default(),
+            unfinished: Unfinished::default(),
         }
     }
 
@@ -102,6 +108,7 @@ impl Vt100Model {
 
 impl TerminalModel for Vt100Model {
     fn feed(&mut self, bytes: &[u8], events: &mut Vec<ScreenEvent>) {
+        self.unfinished.feed(bytes);
         let mut done = 0;
         while let Some((end, action)) = self.matcher.find(bytes, done) {
             self.parser.process(&bytes[done..end]);
@@ -151,6 +158,9 @@ impl TerminalModel for Vt100Model {
             out.extend_from_slice(printable.as_bytes());
             out.push(0x07);
         }
+        // Last: the sequence the output stopped inside, which the output after the snapshot's
+        // offset completes.
+        out.extend_from_slice(self.unfinished.prefix());
         out
     }
 

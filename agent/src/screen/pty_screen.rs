@@ -25,6 +25,9 @@ use crate::ring::{ReadFrom, Ring};
 /// Events kept per PTY for clients that attach later (the oldest are dropped first).
 pub const MAX_EVENTS: usize = 256;
 
+/// Bytes the model thread parses per hold of the screen lock.
+const LOCK_STEP: u64 = 256 * 1024;
+
 /// Bytes parsed per ring read while catching up (also the unit of the look-ahead decision).
 const CATCH_UP_CHUNK: usize = 16 * 1024;
 
@@ -119,10 +122,23 @@ impl PtyScreen {
         self.queued.store(false, Ordering::Release);
     }
 
-    /// Parses everything the ring holds beyond what the model has seen.
+    /// Parses what the ring holds beyond what the model has seen, up to the ring's end when
+    /// called (bounded work even while the PTY keeps writing). The lock is taken per
+    /// [`LOCK_STEP`] bytes, so a snapshot or a resize waits for at most one step, not a whole
+    /// backlog.
     pub fn catch_up(&self, ring: &Mutex<Ring>) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring, u64::MAX);
+        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
+        loop {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            if inner.fed >= target {
+                return;
+            }
+            let step = (inner.fed + LOCK_STEP).min(target);
+            self.catch_up_locked(&mut inner, ring, step);
+            if inner.fed < step {
+                return; // The ring had less than expected (a gap was logged).
+            }
+        }
     }
 
     /// Parses ring bytes from the model's offset up to `upto` (or the ring's end).
@@ -189,11 +205,16 @@ impl PtyScreen {
         self.keys.send_replace(key);
     }
 
-    /// Catches up and takes a snapshot at the ring's end. Costs a parse of the lag (normally
-    /// small) plus the rendering (well under a millisecond for a 120×40 screen).
+    /// Catches up and takes a snapshot at the ring's end as seen now (the PTY may write on; the
+    /// snapshot's offset says where its output continues). Costs a parse of the lag (normally
+    /// small; at most a ring) plus the rendering (well under a millisecond for 120×40).
     pub fn snapshot(&self, ring: &Mutex<Ring>) -> TakenSnapshot {
+        // Most of the lag is parsed without holding the lock against the model thread's steps;
+        // the rest, up to the end seen now, under it.
+        self.catch_up(ring);
+        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring, u64::MAX);
+        self.catch_up_locked(&mut inner, ring, target);
         let (cols, rows) = inner.model.size();
         TakenSnapshot {
             offset: inner.fed,
@@ -205,8 +226,10 @@ impl PtyScreen {
     /// The PTY was resized: output read so far is parsed at the old size, then the model takes
     /// the new one.
     pub fn resize(&self, ring: &Mutex<Ring>, size: TermSize) {
+        self.catch_up(ring);
+        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring, u64::MAX);
+        self.catch_up_locked(&mut inner, ring, target);
         inner.model.resize(size.cols, size.rows);
     }
 

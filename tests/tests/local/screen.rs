@@ -230,3 +230,102 @@ async fn events_from_while_detached_are_delivered_once() {
         "{extra:?}"
     );
 }
+
+/// A snapshot taken while the output stopped inside an escape sequence or a UTF-8 character
+/// ends with that prefix, so the output after it completes the sequence on the client: the cursor
+/// moves instead of `10H` being printed, `€` is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_taken_inside_a_sequence_is_completed_by_the_output() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let pane = PaneKey::new("w", "split", "0");
+    let script = concat!(
+        "stty -echo; printf 'top\\033[5;'; read a; ",
+        "printf '10HX\\342\\202'; read b; printf '\\254.'; read c",
+    );
+    let (created, first) = session
+        .open_screen(pane.clone(), sh(script), Resume::From(0), 0)
+        .await
+        .unwrap();
+    let binding = created.binding.clone();
+    drop(first);
+    // Two clients on two connections (a second attach on one connection takes over the first).
+    let other = home.session().await;
+    let attach = |session: relay_connector::Session| {
+        let (pane, pty) = (pane.clone(), binding.pty);
+        async move { snapshot_client(&session, pane, pty).await }
+    };
+    wait_for_output(&session, &pane, 7).await;
+    let (mut one, mut got_one) = attach(session.clone()).await;
+    session.input(&binding, b"a\n").await.unwrap();
+    wait_for_output(&session, &pane, 13).await;
+    let (mut two, mut got_two) = attach(other.clone()).await;
+    session.input(&binding, b"b\n").await.unwrap();
+    for (h, got) in [(&mut one, &mut got_one), (&mut two, &mut got_two)] {
+        read_until(h, got, LIVENESS, |c| c.end >= 15).await.unwrap();
+        let vt = terminal(80, 24, &got.terminal);
+        let screen = visible(&vt);
+        assert_eq!(screen[0].trim_end(), "top", "{screen:#?}");
+        assert_eq!(screen[4].trim_end(), "         X€.", "{screen:#?}");
+    }
+}
+
+/// A client that attaches to `pty` of `pane` with a snapshot, once the snapshot arrived.
+async fn snapshot_client(
+    session: &relay_connector::Session,
+    pane: PaneKey,
+    pty: relay_protocol::PtyId,
+) -> (relay_connector::PaneHandle, Collected) {
+    let mut handle = session
+        .attach_screen(pane, Some(pty), Resume::Snapshot, 0)
+        .await
+        .unwrap();
+    let mut got = Collected::default();
+    read_until(&mut handle, &mut got, LIVENESS, |c| !c.snapshots.is_empty())
+        .await
+        .unwrap();
+    (handle, got)
+}
+
+/// Regression: a pane size of 65535×65535 made the terminal model allocate ~137 GB and the
+/// daemon died with every shell. Sizes beyond 1000×1000 are refused, and nothing else changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_terminal_size_is_refused_and_harms_nothing() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let huge = relay_protocol::TermSize {
+        cols: 65535,
+        rows: 65535,
+    };
+    let spec = relay_protocol::SpawnSpec {
+        size: huge,
+        ..sh("echo never")
+    };
+    let err = session
+        .create(PaneKey::new("w", "huge", "0"), spec)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.agent_reply(),
+            Some(relay_protocol::ErrorReply::LimitExceeded { limit: 1000, .. })
+        ),
+        "{err}"
+    );
+    let (created, mut handle) = session
+        .open_screen(
+            PaneKey::new("w", "ok", "0"),
+            sh(super::ECHO_LOOP),
+            Resume::From(0),
+            0,
+        )
+        .await
+        .unwrap();
+    let err = session.resize(&created.binding, huge).await.unwrap_err();
+    assert!(err.to_string().contains("1000"), "{err}");
+    let mut got = Collected::default();
+    session.input(&created.binding, b"still\n").await.unwrap();
+    read_until_text(&mut handle, &mut got, "got:still")
+        .await
+        .unwrap();
+}
