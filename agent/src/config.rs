@@ -71,8 +71,8 @@ impl Config {
         if let Some(ms) = number("RELAY_EXIT_OUTPUT_GRACE_MS")? {
             c.exit_output_grace = Duration::from_millis(ms);
         }
-        if let Some(n) = number("RELAY_SCROLLBACK_LINES")? {
-            c.scrollback_lines = Some(usize::try_from(n).map_err(|e| e.to_string())?);
+        if let Ok(v) = std::env::var("RELAY_SCROLLBACK_LINES") {
+            c.scrollback_lines = Some(scrollback_lines(&v)?);
         }
         match std::env::var("RELAY_SCREEN_MODEL").as_deref() {
             Err(_) | Ok("" | "on") => {}
@@ -92,6 +92,20 @@ impl Config {
     }
 }
 
+/// Most scrollback lines a snapshot may carry (env `RELAY_SCROLLBACK_LINES`).
+pub const MAX_SCROLLBACK_LINES: usize = 100_000;
+
+/// `RELAY_SCROLLBACK_LINES`: 0 (no scrollback in snapshots) up to [`MAX_SCROLLBACK_LINES`].
+fn scrollback_lines(v: &str) -> Result<usize, String> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if n <= MAX_SCROLLBACK_LINES => Ok(n),
+        _ => Err(format!(
+            "RELAY_SCROLLBACK_LINES={v:?} is not a number of lines from 0 to \
+             {MAX_SCROLLBACK_LINES}; unset it or give e.g. 1000"
+        )),
+    }
+}
+
 fn number(var: &str) -> Result<Option<u64>, String> {
     match std::env::var(var) {
         Err(_) => Ok(None),
@@ -106,5 +120,24 @@ fn number(var: &str) -> Result<Option<u64>, String> {
                 }
             )),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrollback_lines_take_zero_to_the_maximum() {
+        assert_eq!(scrollback_lines("0"), Ok(0));
+        assert_eq!(scrollback_lines(" 1000 "), Ok(1000));
+        assert_eq!(scrollback_lines("100000"), Ok(MAX_SCROLLBACK_LINES));
+        for bad in ["", "abc", "-5", "100001", "99999999999999999999"] {
+            let err = scrollback_lines(bad).unwrap_err();
+            assert!(
+                err.contains("RELAY_SCROLLBACK_LINES") && err.contains("e.g. 1000"),
+                "{err}"
+            );
+        }
     }
 }

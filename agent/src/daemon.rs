@@ -158,6 +158,13 @@ async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> an
         restarted = report.restarted.len(),
         "daemon starting"
     );
+    let settings = state.config();
+    tracing::info!(
+        replay_bytes = settings.replay_bytes,
+        window = settings.window,
+        scrollback_lines = ?settings.scrollback_lines,
+        "settings (scrollback_lines None: terminal model off)"
+    );
     let sock = paths.socket();
     match std::fs::remove_file(&sock) {
         Ok(()) => tracing::info!("removed stale socket {}", sock.display()),
