@@ -329,3 +329,92 @@ async fn a_huge_terminal_size_is_refused_and_harms_nothing() {
         .await
         .unwrap();
 }
+
+/// Real full-screen programs: `less` and `vim` (with the mouse on) are drawn back by a snapshot
+/// exactly as an independent terminal fed their whole output shows them, with their modes, and
+/// the shell's screen is back when they quit. `.ci/run` installs both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn less_and_vim_come_back_exactly_from_a_snapshot() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let file = home.path().join("numbers.txt");
+    let text: String = (1..=500)
+        .map(|i| format!("line {i} of the file\n"))
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    let file = file.display().to_string();
+    let programs = [
+        (
+            "less",
+            format!("less {file}"),
+            "line 1 of the file",
+            &["\x1b[?1049h"][..],
+        ),
+        (
+            "vim",
+            format!("vim -u NONE -N -c 'set mouse=a' {file}"),
+            // The file's name in the last line, drawn after the text.
+            "numbers.txt\"",
+            // vim asks for button-motion tracking in SGR encoding on an xterm.
+            &["\x1b[?1049h", "\x1b[?1002h", "\x1b[?1006h"][..],
+        ),
+    ];
+    for (name, command, ready, modes) in programs {
+        let pane = PaneKey::new("w", name, "0");
+        let script = format!(
+            "printf 'shell-before\\r\\n'; read go; {command}; printf 'shell-after\\r\\n'; read end"
+        );
+        let (created, mut whole) = session
+            .open_screen(pane.clone(), sh(&script), Resume::From(0), 0)
+            .await
+            .unwrap();
+        let mut all = Collected::default();
+        read_until_text(&mut whole, &mut all, "shell-before")
+            .await
+            .unwrap();
+        session.input(&created.binding, b"go\n").await.unwrap();
+        read_until_text(&mut whole, &mut all, ready).await.unwrap();
+        let other = home.session().await;
+        let (mut back, mut got) = snapshot_client(&other, pane, created.binding.pty).await;
+        // Compare at the same offset: the whole output up to the snapshot's offset, and the
+        // snapshot alone.
+        let offset = got.snapshots[0].0;
+        read_until(&mut whole, &mut all, LIVENESS, |c| c.end >= offset)
+            .await
+            .unwrap();
+        let reference = terminal(80, 24, &all.data[..offset as usize]);
+        let restored = terminal(80, 24, &got.snapshots[0].1);
+        assert_eq!(visible(&restored), visible(&reference), "{name}");
+        assert_eq!(
+            restored.active_screen_kind(),
+            avt::ScreenKind::Alternate,
+            "{name}"
+        );
+        assert_eq!(restored.cursor(), reference.cursor(), "{name}");
+        let snapshot = String::from_utf8_lossy(&got.snapshots[0].1).into_owned();
+        for mode in modes {
+            assert!(
+                snapshot.contains(mode),
+                "{name}: no {mode:?} in the snapshot"
+            );
+        }
+        // Quit: the shell's screen comes back on the restored terminal too.
+        let quit: &[u8] = if name == "vim" { b":q\r" } else { b"q" };
+        session.input(&created.binding, quit).await.unwrap();
+        read_until_text(&mut back, &mut got, "shell-after")
+            .await
+            .unwrap();
+        let restored = terminal(80, 24, &got.terminal);
+        let screen = visible(&restored);
+        assert_eq!(
+            restored.active_screen_kind(),
+            avt::ScreenKind::Primary,
+            "{name}"
+        );
+        assert_eq!(screen[0].trim_end(), "shell-before", "{name}: {screen:#?}");
+        assert!(
+            screen.iter().any(|l| l.trim_end() == "shell-after"),
+            "{name}: {screen:#?}"
+        );
+    }
+}
