@@ -176,12 +176,7 @@ async fn events_from_while_detached_are_delivered_once() {
         "read go; printf '\\a\\033]2;build\\007\\033]7;file://h/tmp\\033\\\\\\033]133;D;3\\007'; ",
         "printf 'emitted\\r\\n'; read more; printf '\\033]0;second\\007'; read end",
     );
-    let (created, first) = session
-        .open_screen(pane.clone(), sh(script), Resume::From(0), 0)
-        .await
-        .unwrap();
-    let binding = created.binding.clone();
-    drop(first);
+    let binding = detached_pane(&session, &pane, script).await;
     session.input(&binding, b"go\n").await.unwrap();
     wait_for_output(&session, &pane, 10).await;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -243,12 +238,7 @@ async fn a_snapshot_taken_inside_a_sequence_is_completed_by_the_output() {
         "stty -echo; printf 'top\\033[5;'; read a; ",
         "printf '10HX\\342\\202'; read b; printf '\\254.'; read c",
     );
-    let (created, first) = session
-        .open_screen(pane.clone(), sh(script), Resume::From(0), 0)
-        .await
-        .unwrap();
-    let binding = created.binding.clone();
-    drop(first);
+    let binding = detached_pane(&session, &pane, script).await;
     // Two clients on two connections (a second attach on one connection takes over the first).
     let other = home.session().await;
     let attach = |session: relay_connector::Session| {
@@ -417,4 +407,18 @@ async fn less_and_vim_come_back_exactly_from_a_snapshot() {
             "{name}: {screen:#?}"
         );
     }
+}
+
+/// Opens `pane` running `script` and detaches from it at once; returns its binding.
+async fn detached_pane(
+    session: &relay_connector::Session,
+    pane: &PaneKey,
+    script: &str,
+) -> relay_protocol::Binding {
+    let (created, handle) = session
+        .open_screen(pane.clone(), sh(script), Resume::From(0), 0)
+        .await
+        .unwrap();
+    drop(handle);
+    created.binding
 }
