@@ -343,18 +343,17 @@ impl Pty {
         let spawned = thread::Builder::new().name(name).spawn(move || {
             let _eof = eof; // Dropped on return: tells the waiter that output is finished.
             let mut buf = vec![0u8; 64 * 1024];
+            // This thread is the ring's only writer: it knows the end without locking.
+            let capacity = ring.lock().unwrap_or_else(|p| p.into_inner()).capacity();
+            let mut end = 0u64;
             loop {
                 match reader.read(&mut buf) {
                     Ok(0) => return,
                     Ok(n) => {
                         if let Some(feed) = &screen {
-                            let (end, capacity) = {
-                                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-                                (ring.end(), ring.capacity())
-                            };
                             feed.screen.before_append(&ring, end, capacity, n);
                         }
-                        let end = {
+                        end = {
                             let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
                             ring.append(&buf[..n]);
                             ring.end()

@@ -253,64 +253,56 @@ impl Session {
         let screen = pty.screen().filter(|_| matches!(mode, Mode::Screen { .. }));
         let wants_snapshot = match resume {
             Resume::Snapshot => true,
-            Resume::From(r) => r < start && r <= end,
+            Resume::From(r) => r < start,
             Resume::Now => false,
         };
-        if let (Some(screen), true) = (screen, wants_snapshot) {
-            // Parsing the model's lag may take a while under a flood: keep the other tasks of
-            // this worker thread moving meanwhile.
-            let snapshot = blocking(|| screen.snapshot(pty.ring()));
-            let lost = match resume {
-                Resume::From(r) => snapshot.offset - r,
-                _ => 0,
-            };
-            if self.subs.remove(&id).is_some() {
-                self.state.detached(&id);
+        let (first, end_offset, lost, size) = match screen.filter(|_| wants_snapshot) {
+            Some(screen) => {
+                // Parsing the model's lag may take a while under a flood: keep the other tasks
+                // of this worker thread moving meanwhile.
+                let snapshot = blocking(|| screen.snapshot(pty.ring()));
+                let lost = match resume {
+                    Resume::From(r) => snapshot.offset - r,
+                    _ => 0,
+                };
+                let (offset, size) = (snapshot.offset, snapshot.size);
+                (Start::Snapshot(snapshot), offset, lost, size)
             }
-            let attached = Attached {
-                binding: pty.binding().clone(),
-                replay_from: snapshot.offset,
-                end_offset: snapshot.offset,
-                lost,
-                size: snapshot.size,
-            };
-            self.staged.push(Staged {
-                pty,
-                start: Start::Snapshot(snapshot),
-                mode,
-            });
-            return Ok((attached, true));
-        }
-        let (replay_from, lost) = match resume {
-            Resume::Now | Resume::Snapshot => (end, 0),
-            Resume::From(r) if r > end => {
-                self.state.detached(&id);
-                return Err(ErrorReply::BadRequest {
-                    message: format!(
-                        "resume_from {r} is beyond the output end {end} of {}; resume from an offset this PTY produced",
-                        pty.binding()
-                    ),
-                });
+            None => {
+                let (replay_from, lost) = match resume {
+                    Resume::Now | Resume::Snapshot => (end, 0),
+                    Resume::From(r) if r > end => {
+                        self.state.detached(&id);
+                        return Err(ErrorReply::BadRequest {
+                            message: format!(
+                                "resume_from {r} is beyond the output end {end} of {}; resume from an offset this PTY produced",
+                                pty.binding()
+                            ),
+                        });
+                    }
+                    Resume::From(r) if r < start => (start, start - r),
+                    Resume::From(r) => (r, 0),
+                };
+                (Start::Bytes(replay_from), end, lost, pty.size())
             }
-            Resume::From(r) if r < start => (start, start - r),
-            Resume::From(r) => (r, 0),
         };
         if self.subs.remove(&id).is_some() {
             self.state.detached(&id);
         }
         let attached = Attached {
             binding: pty.binding().clone(),
-            replay_from,
-            end_offset: end,
+            replay_from: first.offset(),
+            end_offset,
             lost,
-            size: pty.size(),
+            size,
         };
+        let snapshot = matches!(first, Start::Snapshot(_));
         self.staged.push(Staged {
             pty,
-            start: Start::Bytes(replay_from),
+            start: first,
             mode,
         });
-        Ok((attached, false))
+        Ok((attached, snapshot))
     }
 
     /// Starts the subscriptions staged by [`Session::attach`]; call after queuing its reply.

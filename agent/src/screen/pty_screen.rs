@@ -89,9 +89,10 @@ impl PtyScreen {
         }
     }
 
-    /// Called by the PTY reader before appending `incoming` bytes to `ring`: when the append would
-    /// drop bytes the model has not parsed yet, parse up to the ring's end now (on the reader's
-    /// thread). Usually a lock-free check and nothing else.
+    /// Called by the PTY reader before appending `incoming` bytes to `ring` (whose end is
+    /// `ring_end` and capacity `capacity`, in bytes): when the append would drop bytes the model
+    /// has not parsed yet, parse enough of them now, on the reader's thread, to make room. Usually
+    /// one atomic load and nothing else.
     pub fn before_append(
         &self,
         ring: &Mutex<Ring>,
