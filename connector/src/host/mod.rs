@@ -75,7 +75,7 @@ pub use state::HostState;
 pub use workspace::Workspace;
 
 use crate::pane::{PaneHandle, PaneSink};
-use crate::session::{attached_of, Route, RouteStart};
+use crate::session::{attached_of, opened_of, unexpected, Route, RouteStart};
 use crate::transport::Transport;
 use crate::{Error, Session};
 use panes::{HostLink, Live, Registry};
@@ -280,14 +280,8 @@ impl Host {
             return Ok((created, handle));
         };
         let (resp, pane) = self.subscribe(&session, req).await?;
-        match resp {
-            Response::Opened(o) => Ok((o.created, self.handle(pane, o.attached, false))),
-            Response::ScreenOpened(o) => Ok((o.created, self.handle(pane, o.attached, o.snapshot))),
-            other => Err(Error::UnexpectedReply(format!(
-                "{:?} in answer to open",
-                other.op()
-            ))),
-        }
+        let (created, attached, snapshot) = opened_of(resp).map_err(|op| unexpected("open", op))?;
+        Ok((created, self.handle(pane, attached, snapshot)))
     }
 
     /// Attaches to `pane`'s PTY on the live connection, waiting for one. Never spawns (rule B).
@@ -307,10 +301,7 @@ impl Host {
         let (resp, pane) = self.subscribe(&session, req).await?;
         match attached_of(&resp) {
             Some((a, snapshot)) => Ok(self.handle(pane, a.clone(), snapshot)),
-            None => Err(Error::UnexpectedReply(format!(
-                "{:?} in answer to attach",
-                resp.op()
-            ))),
+            None => Err(unexpected("attach", resp.op())),
         }
     }
 

@@ -41,8 +41,9 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use crate::pane::queue_cap;
 use crate::transport::{AgentStream, Transport};
 use crate::Error;
-use reply::{done, human_duration, op_name, unexpected};
-pub(crate) use shared::{attached_of, Route, RouteStart};
+pub(crate) use reply::unexpected;
+use reply::{done, human_duration, op_name};
+pub(crate) use shared::{attached_of, opened_of, Route, RouteStart};
 use shared::{Pending, Shared};
 
 /// Capacity of the writer's request queue, in messages.
@@ -355,7 +356,7 @@ impl Session {
         self.require(Capability::PTY, "list leases")?;
         match self.call(Request::ListLeases(ListLeases {})).await? {
             Response::Leases(l) => Ok(l.leases),
-            other => Err(unexpected("list leases", &other)),
+            other => Err(unexpected("list leases", other.op())),
         }
     }
 
@@ -367,7 +368,7 @@ impl Session {
         self.require(Capability::STATUS, "status")?;
         match self.call(Request::Status(StatusRequest {})).await? {
             Response::StatusReply(s) => Ok(s),
-            other => Err(unexpected("status", &other)),
+            other => Err(unexpected("status", other.op())),
         }
     }
 
@@ -380,7 +381,7 @@ impl Session {
         let nonce = self.inner.shared.next_id();
         match self.call(Request::Ping(Ping { nonce })).await? {
             Response::Pong(p) if p.nonce == nonce => Ok(start.elapsed()),
-            other => Err(unexpected("ping", &other)),
+            other => Err(unexpected("ping", other.op())),
         }
     }
 

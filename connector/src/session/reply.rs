@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use relay_protocol::{Request, Response};
+use relay_protocol::{Op, Request, Response};
 
 use crate::Error;
 
 pub(super) fn done(what: &str, resp: Response) -> Result<(), Error> {
     match resp {
         Response::Done(_) => Ok(()),
-        other => Err(unexpected(what, &other)),
+        other => Err(unexpected(what, other.op())),
     }
 }
 
@@ -45,6 +45,7 @@ pub(super) fn human_duration(d: Duration) -> String {
     }
 }
 
-pub(super) fn unexpected(what: &str, resp: &Response) -> Error {
-    Error::UnexpectedReply(format!("{:?} in answer to {what}", resp.op()))
+/// A reply of kind `op` that does not answer `what`.
+pub(crate) fn unexpected(what: &str, op: Op) -> Error {
+    Error::UnexpectedReply(format!("{op:?} in answer to {what}"))
 }

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use relay_protocol::message::{Attached, Detach};
-use relay_protocol::{Binding, DecodeError, Message, PtyId, Push, Request, Response};
+use relay_protocol::message::{Attached, Created, Detach};
+use relay_protocol::{Binding, DecodeError, Message, Op, PtyId, Push, Request, Response};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -399,6 +399,16 @@ pub(crate) fn attached_of(resp: &Response) -> Option<(&Attached, bool)> {
         Response::ScreenAttached(a) => Some((&a.attached, a.snapshot)),
         Response::ScreenOpened(o) => Some((&o.attached, o.snapshot)),
         _ => None,
+    }
+}
+
+/// The parts of an open-like reply: what was created, the subscription, and whether a snapshot
+/// starts it; for any other reply, its op.
+pub(crate) fn opened_of(resp: Response) -> Result<(Created, Attached, bool), Op> {
+    match resp {
+        Response::Opened(o) => Ok((o.created, o.attached, false)),
+        Response::ScreenOpened(o) => Ok((o.created, o.attached, o.snapshot)),
+        other => Err(other.op()),
     }
 }
 

@@ -7,7 +7,7 @@ use relay_protocol::{Capability, PaneKey, PtyId, Request, Response, Resume, Spaw
 use tokio::sync::oneshot;
 
 use super::reply::{op_name, unexpected};
-use super::shared::{attached_of, Pending, SessionLink};
+use super::shared::{attached_of, opened_of, Pending, SessionLink};
 use super::{Route, Session};
 use crate::pane::{PaneHandle, PaneSink};
 use crate::Error;
@@ -23,7 +23,7 @@ impl Session {
         self.require(Capability::PTY, "create")?;
         match self.call(Request::Create(Create { pane, spec })).await? {
             Response::Created(c) => Ok(c),
-            other => Err(unexpected("create", &other)),
+            other => Err(unexpected("create", other.op())),
         }
     }
 
@@ -59,10 +59,9 @@ impl Session {
             spec,
             resume_from,
         });
-        match self.subscribe(req).await? {
-            (Response::Opened(o), sub) => Ok((o.created, sub.handle(self, o.attached, false))),
-            (other, _) => Err(unexpected("open", &other)),
-        }
+        let (resp, sub) = self.subscribe(req).await?;
+        let (created, attached, snapshot) = opened_of(resp).map_err(|op| unexpected("open", op))?;
+        Ok((created, sub.handle(self, attached, snapshot)))
     }
 
     /// Attaches this connection to `pane`'s PTY. Never spawns (rule B).
@@ -88,7 +87,7 @@ impl Session {
         });
         match self.subscribe(req).await? {
             (Response::Attached(attached), sub) => Ok(sub.handle(self, attached, false)),
-            (other, _) => Err(unexpected("attach", &other)),
+            (other, _) => Err(unexpected("attach", other.op())),
         }
     }
 
@@ -116,7 +115,7 @@ impl Session {
         let (resp, sub) = self.subscribe(req).await?;
         match attached_of(&resp) {
             Some((a, snapshot)) => Ok(sub.handle(self, a.clone(), snapshot)),
-            None => Err(unexpected("attach", &resp)),
+            None => Err(unexpected("attach", resp.op())),
         }
     }
 
@@ -140,11 +139,8 @@ impl Session {
             return Ok((created, handle));
         };
         let (resp, sub) = self.subscribe(req).await?;
-        match resp {
-            Response::Opened(o) => Ok((o.created, sub.handle(self, o.attached, false))),
-            Response::ScreenOpened(o) => Ok((o.created, sub.handle(self, o.attached, o.snapshot))),
-            other => Err(unexpected("open", &other)),
-        }
+        let (created, attached, snapshot) = opened_of(resp).map_err(|op| unexpected("open", op))?;
+        Ok((created, sub.handle(self, attached, snapshot)))
     }
 
     /// The attach request for this agent: `AttachScreen` when it has the `screen` capability,
