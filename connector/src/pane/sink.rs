@@ -205,11 +205,11 @@ impl PaneSink {
         last: bool,
     ) -> bool {
         let mut st = self.state();
-        let pending = match st.snapshot.take() {
-            Some(p) if p.0 == offset => Some(p),
-            _ => Some((offset, size, Vec::new())),
+        // Pieces of another snapshot (cut short by a reconnect) are discarded.
+        let (offset, size, mut bytes) = match st.snapshot.take() {
+            Some(pending) if pending.0 == offset => pending,
+            _ => (offset, size, Vec::new()),
         };
-        let (offset, size, mut bytes) = pending.expect("set above");
         if bytes.len() + data.len() > MAX_SNAPSHOT_BYTES {
             tracing::warn!(
                 offset,
