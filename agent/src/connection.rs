@@ -267,6 +267,7 @@ fn welcome(state: &State, chunk: usize) -> Welcome {
         capabilities: Capability::all()
             .into_iter()
             .filter(|c| c.0 != Capability::SCREEN || config.scrollback_lines.is_some())
+            .filter(|c| c.0 != Capability::LIFECYCLE)
             .collect(),
         limits: Limits {
             max_frame: DEFAULT_MAX_FRAME,

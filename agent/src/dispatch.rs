@@ -57,6 +57,12 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
             Ok(()) => return None,
             Err(e) => Err(e),
         },
+        // Handled in the next commits; the capability is not advertised until then.
+        r @ (Request::SetPolicy(_)
+        | Request::Inspect(_)
+        | Request::End(_)
+        | Request::Replace(_)
+        | Request::Forget(_)) => Err(ErrorReply::Unsupported { op: r.op() as u16 }),
     };
     Some(result.unwrap_or_else(Response::Error))
 }

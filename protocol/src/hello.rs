@@ -21,8 +21,9 @@ pub const PROTOCOL_MAJOR: u16 = 1;
 /// Protocol minor version; raised when ops or capabilities are added. 1.1 added `Open`/`Opened`
 /// (capability [`Capability::OPEN`]); 1.2 added `InputSeq`, input applied at most once across
 /// reconnects (capability [`Capability::INPUT_SEQ`]); 1.3 added `AttachScreen`/`OpenScreen`,
-/// snapshots and typed events (capability [`Capability::SCREEN`]).
-pub const PROTOCOL_MINOR: u16 = 3;
+/// snapshots and typed events (capability [`Capability::SCREEN`]); 1.4 added the lifecycle ops
+/// `SetPolicy`, `Inspect`, `End`, `Replace`, `Forget` (capability [`Capability::LIFECYCLE`]).
+pub const PROTOCOL_MINOR: u16 = 4;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -47,6 +48,10 @@ impl Capability {
     /// gets the screen instead of a gap, and typed events are delivered once (protocol 1.3). An
     /// agent started with its terminal model off does not advertise it.
     pub const SCREEN: &'static str = "screen";
+    /// `SetPolicy`, `Inspect`, `End`, `Replace`, `Forget` and the `Forgotten` end reason: cleanup
+    /// policy per connection, exact ends with per-target outcomes, supersede, history pruning
+    /// (protocol 1.4).
+    pub const LIFECYCLE: &'static str = "lifecycle";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
@@ -58,6 +63,7 @@ impl Capability {
             Self::OPEN,
             Self::INPUT_SEQ,
             Self::SCREEN,
+            Self::LIFECYCLE,
         ]
         .into_iter()
         .map(|c| Capability(c.to_string()))

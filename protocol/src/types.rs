@@ -155,8 +155,13 @@ pub enum EndReason {
     Killed,
     /// The daemon that owned it stopped; the PTY cannot have survived (proven dead).
     AgentRestarted,
-    /// The lifecycle policy ended an unused detached PTY after its grace.
+    /// The lifecycle policy ended a detached PTY after re-verifying it (unused past its grace,
+    /// idle expiry, or superseded); the lease's detail names the rule.
     Expired,
+    /// The agent no longer keeps this lease's record (ended-lease history is bounded, or an
+    /// operator ran `relayctl forget`): the PTY is known not to run here, its exit is unknown
+    /// (protocol 1.4; sent only to peers with capability `lifecycle`, older peers read `Exited`).
+    Forgotten,
 }
 
 impl fmt::Display for EndReason {
@@ -166,6 +171,7 @@ impl fmt::Display for EndReason {
             EndReason::Killed => "killed",
             EndReason::AgentRestarted => "agent restarted",
             EndReason::Expired => "expired",
+            EndReason::Forgotten => "forgotten",
         })
     }
 }

@@ -17,7 +17,9 @@ use crate::error::{DecodeError, ErrorReply};
 use crate::hello::{Hello, Welcome};
 
 mod bodies;
+mod lifecycle;
 pub use bodies::*;
+pub use lifecycle::*;
 
 macro_rules! ops {
     ($( $variant:ident = $code:literal ),* $(,)?) => {
@@ -61,6 +63,11 @@ ops! {
     InputSeq = 0x001C,
     AttachScreen = 0x001D,
     OpenScreen = 0x001E,
+    SetPolicy = 0x001F,
+    Inspect = 0x0020,
+    End = 0x0021,
+    Replace = 0x0022,
+    Forget = 0x0023,
     Done = 0x8000,
     Welcome = 0x8001,
     Pong = 0x8002,
@@ -71,6 +78,9 @@ ops! {
     Opened = 0x801B,
     ScreenAttached = 0x801D,
     ScreenOpened = 0x801E,
+    Inspected = 0x8020,
+    EndReport = 0x8021,
+    Forgot = 0x8023,
     Output = 0x4001,
     OutputGap = 0x4002,
     Exited = 0x4003,
@@ -135,6 +145,11 @@ message_enum! {
         InputSeq(InputSeq),
         AttachScreen(AttachScreen),
         OpenScreen(OpenScreen),
+        SetPolicy(SetPolicy),
+        Inspect(Inspect),
+        End(End),
+        Replace(Replace),
+        Forget(Forget),
     }
 }
 
@@ -151,6 +166,9 @@ message_enum! {
         Opened(Opened),
         ScreenAttached(ScreenAttached),
         ScreenOpened(ScreenOpened),
+        Inspected(Inspected),
+        EndReport(EndReport),
+        Forgot(Forgot),
         Error(ErrorReply),
     }
 }

@@ -64,6 +64,7 @@ fn reason_token(r: &EndReason) -> &'static str {
         EndReason::Killed => "killed",
         EndReason::AgentRestarted => "agent_restarted",
         EndReason::Expired => "expired",
+        EndReason::Forgotten => "forgotten",
     }
 }
 
