@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::lease::DEFAULT_MAX_ENDED;
+use crate::lifecycle::{policy, HostPolicy};
 use crate::ring::DEFAULT_REPLAY_BYTES;
 
 /// Default per-pane credit window in bytes (1 MiB). Overridden by env `RELAY_WINDOW_BYTES`.
@@ -36,6 +37,10 @@ pub struct Config {
     /// `RELAY_SCREEN_MODEL=off`: no snapshots, no events, the `screen` capability is not
     /// advertised — for measuring the model's cost).
     pub scrollback_lines: Option<usize>,
+    /// Lifecycle cleanup settings (env `RELAY_UNUSED_GRACE`: `off` or a duration, default `10m`;
+    /// `RELAY_IDLE_EXPIRY`: default `off`; `RELAY_SUGGEST_AFTER`: default `1d`). They govern the
+    /// PTYs of connections that state a policy (see [`crate::lifecycle`]).
+    pub policy: HostPolicy,
 }
 
 impl Default for Config {
@@ -50,6 +55,7 @@ impl Default for Config {
             max_pending_input: 4 * 1024 * 1024,
             connection_queue: 64,
             scrollback_lines: Some(crate::screen::DEFAULT_SCROLLBACK_LINES),
+            policy: HostPolicy::default(),
         }
     }
 }
@@ -83,6 +89,17 @@ impl Config {
                 ))
             }
         }
+        if let Some(v) = setting("RELAY_UNUSED_GRACE")? {
+            c.policy.unused_grace = v;
+        }
+        if let Some(v) = setting("RELAY_IDLE_EXPIRY")? {
+            c.policy.idle_expiry = v;
+        }
+        if let Some(v) = setting("RELAY_SUGGEST_AFTER")? {
+            c.policy.suggest_after = v.ok_or_else(|| {
+                "RELAY_SUGGEST_AFTER cannot be off; give a duration such as 1d".to_string()
+            })?;
+        }
         if let Ok(v) = std::env::var("RELAY_AGENT_ADVERTISE_VERSION") {
             if !v.is_empty() {
                 c.advertise_version = v;
@@ -103,6 +120,16 @@ fn scrollback_lines(v: &str) -> Result<usize, String> {
             "RELAY_SCROLLBACK_LINES={v:?} is not a number of lines from 0 to \
              {MAX_SCROLLBACK_LINES}; unset it or give e.g. 1000"
         )),
+    }
+}
+
+/// A lifecycle duration setting: unset → `None`; `off` → `Some(None)`; a duration → its value.
+fn setting(var: &str) -> Result<Option<Option<Duration>>, String> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(v) => policy::parse_setting(&v)
+            .map(Some)
+            .map_err(|e| format!("{var}: {e}")),
     }
 }
 

@@ -97,10 +97,15 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
         return;
     }
 
+    let lifecycle = hello
+        .capabilities
+        .iter()
+        .any(|c| c.0 == Capability::LIFECYCLE);
     let terms = PeerTerms {
         chunk,
         max_frame: peer_max,
         credit,
+        lifecycle,
     };
     let mut session = Session::new(state, out.clone(), terms);
     let reason = tokio::select! {
@@ -267,7 +272,6 @@ fn welcome(state: &State, chunk: usize) -> Welcome {
         capabilities: Capability::all()
             .into_iter()
             .filter(|c| c.0 != Capability::SCREEN || config.scrollback_lines.is_some())
-            .filter(|c| c.0 != Capability::LIFECYCLE)
             .collect(),
         limits: Limits {
             max_frame: DEFAULT_MAX_FRAME,

@@ -3,7 +3,7 @@
 //! is handled.
 
 use relay_protocol::message::{Done, Leases, Pong};
-use relay_protocol::{ErrorReply, Message, Request, Response};
+use relay_protocol::{EndReason, ErrorReply, Message, Request, Response};
 use tracing::Instrument;
 
 use crate::session::Session;
@@ -21,9 +21,10 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         Request::Ping(p) => Ok(Response::Pong(Pong { nonce: p.nonce })),
         Request::Create(c) => {
             let out = session.out().clone();
+            let policy = session.policy();
             let task = async move {
                 let reply = state
-                    .create(c)
+                    .create(c, policy)
                     .await
                     .map_or_else(Response::Error, Response::Created);
                 let _ = out.send(Message::Response(id, reply)).await;
@@ -57,14 +58,57 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
             Ok(()) => return None,
             Err(e) => Err(e),
         },
-        // Handled in the next commits; the capability is not advertised until then.
-        r @ (Request::SetPolicy(_)
-        | Request::Inspect(_)
-        | Request::End(_)
-        | Request::Replace(_)
-        | Request::Forget(_)) => Err(ErrorReply::Unsupported { op: r.op() as u16 }),
+        Request::SetPolicy(p) => session.set_policy(&p.spec).map(done),
+        Request::Inspect(_) => Ok(Response::Inspected(state.inspect(session.max_frame()))),
+        Request::End(e) => {
+            let out = session.out().clone();
+            let task = async move {
+                let reply = Response::EndReport(state.end(e).await);
+                let _ = out.send(Message::Response(id, reply)).await;
+            };
+            tokio::spawn(task.in_current_span());
+            return None;
+        }
+        Request::Replace(r) => {
+            let out = session.out().clone();
+            let policy = session.policy();
+            let task = async move {
+                let reply = state
+                    .replace(r, policy)
+                    .await
+                    .map_or_else(Response::Error, Response::Created);
+                let _ = out.send(Message::Response(id, reply)).await;
+            };
+            tokio::spawn(task.in_current_span());
+            return None;
+        }
+        Request::Forget(f) => Ok(Response::Forgot(state.forget(&f.ptys))),
     };
-    Some(result.unwrap_or_else(Response::Error))
+    let reply = result.unwrap_or_else(Response::Error);
+    Some(if session.knows_lifecycle() {
+        reply
+    } else {
+        downgrade(reply)
+    })
+}
+
+/// A reply for a peer without the `lifecycle` capability: it cannot decode
+/// `EndReason::Forgotten`, so it reads `Exited` with no exit status (the PTY does not run).
+fn downgrade(reply: Response) -> Response {
+    match reply {
+        Response::Error(ErrorReply::Ended {
+            pane,
+            pty,
+            exit,
+            reason: EndReason::Forgotten,
+        }) => Response::Error(ErrorReply::Ended {
+            pane,
+            pty,
+            exit,
+            reason: EndReason::Exited,
+        }),
+        other => other,
+    }
 }
 
 fn done(_: ()) -> Response {

@@ -25,6 +25,7 @@ use relay_protocol::{Binding, EndReason, ExitStatus, Incarnation, PtyId, TermSiz
 use serde::{Deserialize, Serialize};
 
 use crate::lease::{Lease, LeaseTable, Phase};
+use crate::lifecycle::LeasePolicy;
 
 /// Appended lines after which the journal is rewritten from the table while running.
 const COMPACT_AFTER_LINES: usize = 10_000;
@@ -49,6 +50,13 @@ pub enum Record {
         /// Absent in records of older agents.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_ticks: Option<u64>,
+        /// The lifecycle policy it was created under; absent = never ended by a timer (and in
+        /// records of older agents).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<LeasePolicy>,
+        /// Started with an explicit command (counts as used).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        explicit_command: bool,
     },
     /// A PTY ended.
     Ended {
@@ -64,6 +72,43 @@ pub enum Record {
         last_output_ms: Option<u64>,
         /// End time, ms since the Unix epoch.
         at_ms: u64,
+        /// What ended it and what the end did (absent in records of older agents).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+    /// An end was requested (kill, `End`, the policy), written before the first signal so the
+    /// reason survives a restart; undone by [`Record::EndCancelled`].
+    Ending {
+        /// The PTY.
+        pty: PtyId,
+        /// The reason the lease will record.
+        reason: EndReason,
+        /// Its detail.
+        detail: String,
+    },
+    /// The requested end was not carried out (the lease changed before the signal).
+    EndCancelled {
+        /// The PTY.
+        pty: PtyId,
+    },
+    /// What an end did, known after it (SIGKILL escalation, processes left in the session).
+    Detail {
+        /// The PTY.
+        pty: PtyId,
+        /// The full detail.
+        detail: String,
+    },
+    /// A newer PTY replaced this one for its pane (`Replace`).
+    Superseded {
+        /// The PTY.
+        pty: PtyId,
+        /// When, ms since the Unix epoch.
+        at_ms: u64,
+    },
+    /// Ended leases an operator pruned (`relayctl forget`).
+    Forget {
+        /// The PTYs.
+        ptys: Vec<PtyId>,
     },
     /// The protect flag changed.
     Protect {
@@ -185,7 +230,7 @@ impl Journal {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(error(e, "remove", &tmp)),
         }
-        rewrite(path, table)?;
+        rewrite(path, &records_of(table))?;
         let (file, len) = open_append(path)?;
         Ok(Journal {
             path: path.to_path_buf(),
@@ -239,8 +284,8 @@ impl Journal {
     ///
     /// # Errors
     /// IO errors, naming the path and the fix; the old journal stays in place then.
-    pub fn compact(&mut self, table: &LeaseTable) -> io::Result<()> {
-        rewrite(&self.path, table)?;
+    pub fn compact(&mut self, records: &[Record]) -> io::Result<()> {
+        rewrite(&self.path, records)?;
         (self.file, self.len) = open_append(&self.path)?;
         self.torn = false;
         self.appended = 0;
@@ -270,6 +315,8 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
             size,
             at_ms,
             start_ticks,
+            policy,
+            explicit_command,
         } => {
             // A pane cannot have two live PTYs: an older unended one died with its daemon.
             if let Some(old) = table.live(&binding.pane).map(|l| l.binding.pty) {
@@ -278,6 +325,8 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
             let mut lease = Lease::live(binding, pid, command, at_ms);
             lease.size = size;
             lease.start_ticks = start_ticks;
+            lease.policy = policy;
+            lease.explicit_command = explicit_command;
             table.insert(lease).is_ok()
         }
         Record::Ended {
@@ -287,12 +336,32 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
             bytes_out,
             last_output_ms,
             at_ms,
+            detail,
         } => {
             if table.get(&pty).is_none() {
                 return false;
             }
             table.set_output(&pty, bytes_out, last_output_ms);
             table.end(&pty, exit, reason, at_ms);
+            if let Some(detail) = detail {
+                table.set_detail(&pty, detail);
+            }
+            true
+        }
+        Record::Ending {
+            pty,
+            reason,
+            detail,
+        } => table.mark_ending(&pty, reason, detail),
+        Record::EndCancelled { pty } => table.cancel_ending(&pty),
+        Record::Detail { pty, detail } => {
+            let known = table.get(&pty).is_some();
+            table.set_detail(&pty, detail);
+            known
+        }
+        Record::Superseded { pty, at_ms } => table.supersede(&pty, at_ms),
+        Record::Forget { ptys } => {
+            table.forget(&ptys);
             true
         }
         Record::Protect { pty, protected } => table.set_protected(&pty, protected),
@@ -308,6 +377,8 @@ pub fn created_record(l: &Lease) -> Record {
         size: l.size,
         at_ms: l.created_ms,
         start_ticks: l.start_ticks,
+        policy: l.policy,
+        explicit_command: l.explicit_command,
     }
 }
 
@@ -322,6 +393,19 @@ pub fn records_of(table: &LeaseTable) -> Vec<Record> {
                 protected: true,
             });
         }
+        if l.phase == Phase::Superseded {
+            out.push(Record::Superseded {
+                pty: l.binding.pty,
+                at_ms: l.since_ms,
+            });
+        }
+        if let Some((reason, detail)) = &l.ending {
+            out.push(Record::Ending {
+                pty: l.binding.pty,
+                reason: reason.clone(),
+                detail: detail.clone(),
+            });
+        }
         if let Phase::Ended { exit, reason } = &l.phase {
             out.push(Record::Ended {
                 pty: l.binding.pty,
@@ -330,6 +414,7 @@ pub fn records_of(table: &LeaseTable) -> Vec<Record> {
                 bytes_out: l.bytes_out,
                 last_output_ms: l.last_output_ms,
                 at_ms: l.since_ms,
+                detail: l.detail.clone(),
             });
         }
     }
@@ -376,9 +461,9 @@ fn open_append(path: &Path) -> io::Result<(File, u64)> {
 
 /// Writes `table` to `path` via a temp file (mode 0600), fsync and rename. A failed rewrite
 /// removes its temp file and leaves the old journal in place.
-fn rewrite(path: &Path, table: &LeaseTable) -> io::Result<()> {
+fn rewrite(path: &Path, records: &[Record]) -> io::Result<()> {
     let tmp = tmp_path(path);
-    let result = write_records(&tmp, table).and_then(|()| {
+    let result = write_records(&tmp, records).and_then(|()| {
         fs::rename(&tmp, path).map_err(|e| error(e, &format!("rename {} to", tmp.display()), path))
     });
     if result.is_err() {
@@ -393,7 +478,7 @@ fn rewrite(path: &Path, table: &LeaseTable) -> io::Result<()> {
     Ok(())
 }
 
-fn write_records(tmp: &Path, table: &LeaseTable) -> io::Result<()> {
+fn write_records(tmp: &Path, records: &[Record]) -> io::Result<()> {
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -402,8 +487,8 @@ fn write_records(tmp: &Path, table: &LeaseTable) -> io::Result<()> {
         .open(tmp)
         .map_err(|e| error(e, "create", tmp))?;
     let mut out = io::BufWriter::new(file);
-    for rec in records_of(table) {
-        serde_json::to_writer(&mut out, &rec).map_err(|e| error(e.into(), "write", tmp))?;
+    for rec in records {
+        serde_json::to_writer(&mut out, rec).map_err(|e| error(e.into(), "write", tmp))?;
         out.write_all(b"\n").map_err(|e| error(e, "write", tmp))?;
     }
     let file = out

@@ -21,6 +21,8 @@ fn created(b: &Binding) -> Record {
         size: TermSize::default(),
         at_ms: 1,
         start_ticks: Some(7),
+        policy: None,
+        explicit_command: false,
     }
 }
 
@@ -70,6 +72,7 @@ fn restart_ends_unended_leases_and_keeps_ended_records() {
             bytes_out: 9,
             last_output_ms: Some(5),
             at_ms: 6,
+            detail: None,
         },
     ] {
         text.extend(line(&rec));

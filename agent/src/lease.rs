@@ -11,6 +11,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use relay_protocol::message::LeaseCounts;
+
+use crate::lifecycle::LeasePolicy;
 use relay_protocol::{
     Binding, EndReason, ErrorReply, ExitStatus, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId,
     TermSize,
@@ -27,8 +29,8 @@ pub enum Phase {
         /// Number of connections subscribed now.
         attached: u32,
     },
-    /// A newer binding replaced this one; the process was not killed by that. No protocol
-    /// operation produces this yet; it exists so the table can express DESIGN §2.
+    /// A newer binding replaced this one (`Replace`, rule D); the process was not killed by
+    /// that and keeps running until it exits or is ended.
     Superseded,
     /// The PTY is gone.
     Ended {
@@ -57,8 +59,15 @@ pub struct Lease {
     pub size: TermSize,
     /// Exempt from lifecycle expiry.
     pub protected: bool,
-    /// A `Kill` was sent; the end reason will be [`EndReason::Killed`].
-    pub kill_requested: bool,
+    /// An end was requested (kill, `End`, the policy): the reason and detail the lease records
+    /// when the process is reaped.
+    pub ending: Option<(EndReason, String)>,
+    /// The policy it was created under; `None` = never ended by a timer.
+    pub policy: Option<LeasePolicy>,
+    /// Started with an explicit command (a PTY given work counts as used).
+    pub explicit_command: bool,
+    /// Detail of the end (`policy: never used, detached 10m`, `killed by operator; SIGHUP`).
+    pub detail: Option<String>,
     /// When the PTY was created (ms since the Unix epoch).
     pub created_ms: u64,
     /// When the lease entered its current state (ms since the Unix epoch).
@@ -80,7 +89,10 @@ impl Lease {
             command,
             size: TermSize::default(),
             protected: false,
-            kill_requested: false,
+            ending: None,
+            policy: None,
+            explicit_command: false,
+            detail: None,
             created_ms: now_ms,
             since_ms: now_ms,
             bytes_out: 0,
@@ -257,7 +269,9 @@ impl LeaseTable {
     pub fn check_binding(&self, binding: &Binding) -> Result<&Lease, ErrorReply> {
         let pane = &binding.pane;
         let Some(leases) = self.panes.get(pane) else {
-            return Err(ErrorReply::NotFound { pane: pane.clone() });
+            return Err(self.forgotten(pane, binding.pty).unwrap_or_else(|| ErrorReply::NotFound {
+                pane: pane.clone(),
+            }));
         };
         let live = self.live(pane);
         if let Some(live) = live.filter(|l| l.binding.pty == binding.pty) {
@@ -267,6 +281,11 @@ impl LeaseTable {
             let named = leases.iter().find(|l| l.binding.pty == binding.pty);
             if let Some(err) = named.and_then(Lease::ended_error) {
                 return Err(err);
+            }
+            if named.is_none() {
+                if let Some(err) = self.forgotten(pane, binding.pty) {
+                    return Err(err);
+                }
             }
         }
         Err(ErrorReply::Mismatch {
@@ -288,7 +307,8 @@ impl LeaseTable {
         expect: Option<PtyId>,
     ) -> Result<&Lease, ErrorReply> {
         let Some(leases) = self.panes.get(pane) else {
-            return Err(ErrorReply::NotFound { pane: pane.clone() });
+            let forgotten = expect.and_then(|pty| self.forgotten(pane, pty));
+            return Err(forgotten.unwrap_or_else(|| ErrorReply::NotFound { pane: pane.clone() }));
         };
         match (self.live(pane), expect) {
             (Some(live), None) => Ok(live),
@@ -299,9 +319,13 @@ impl LeaseTable {
                 current: Some(live.binding.pty),
             }),
             (None, want) => {
-                let named = want
-                    .and_then(|w| leases.iter().find(|l| l.binding.pty == w))
-                    .and_then(Lease::ended_error);
+                let named = match want {
+                    Some(w) => match leases.iter().find(|l| l.binding.pty == w) {
+                        Some(l) => l.ended_error(),
+                        None => self.forgotten(pane, w),
+                    },
+                    None => None,
+                };
                 let newest = leases.iter().rev().find_map(Lease::ended_error);
                 Err(named.or(newest).unwrap_or_else(|| ErrorReply::Mismatch {
                     pane: pane.clone(),
@@ -310,6 +334,73 @@ impl LeaseTable {
                 }))
             }
         }
+    }
+
+    /// The `Ended { reason: Forgotten }` answer for a PTY this table has no record of but that
+    /// is known not to run here: one of an earlier incarnation (all of whose leases were ended
+    /// when this one started), or one this incarnation minted whose ended lease was evicted from
+    /// the bounded history or forgotten by an operator. `None` for an id this incarnation never
+    /// minted.
+    pub fn forgotten(&self, pane: &PaneKey, pty: PtyId) -> Option<ErrorReply> {
+        let ours = pty.incarnation == self.incarnation;
+        let existed = !ours || (pty.counter >= 1 && pty.counter <= self.counter);
+        (existed && self.get(&pty).is_none()).then(|| ErrorReply::Ended {
+            pane: pane.clone(),
+            pty,
+            exit: None,
+            reason: EndReason::Forgotten,
+        })
+    }
+
+    /// The lease an end (kill, `End`, protect) may act on: exactly `binding`, live or superseded
+    /// (a superseded PTY still runs and can be ended by its id).
+    ///
+    /// # Errors
+    /// As [`LeaseTable::check_binding`] for anything else.
+    pub fn check_target(&self, binding: &Binding) -> Result<&Lease, ErrorReply> {
+        match self.get(&binding.pty) {
+            Some(l) if l.binding.pane == binding.pane && l.phase == Phase::Superseded => Ok(l),
+            _ => self.check_binding(binding),
+        }
+    }
+
+    /// Notes that an end was requested: when `pty` is reaped its lease records `reason` and
+    /// `detail` (the first request wins). Returns false when it is not running.
+    pub fn mark_ending(&mut self, pty: &PtyId, reason: EndReason, detail: String) -> bool {
+        match self.get_mut(pty) {
+            Some(l) if !matches!(l.phase, Phase::Ended { .. }) => {
+                l.ending.get_or_insert((reason, detail));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes back a requested end that was not carried out. Returns false for an unknown PTY.
+    pub fn cancel_ending(&mut self, pty: &PtyId) -> bool {
+        self.get_mut(pty).map(|l| l.ending = None).is_some()
+    }
+
+    /// Sets the detail of an ended lease (what its end did and left).
+    pub fn set_detail(&mut self, pty: &PtyId, detail: String) {
+        if let Some(l) = self.get_mut(pty) {
+            l.detail = Some(detail);
+        }
+    }
+
+    /// Forgets ended leases: `ptys`, or every ended one when empty. Returns the forgotten ones;
+    /// live and superseded leases are never forgotten.
+    pub fn forget(&mut self, ptys: &[PtyId]) -> Vec<PtyId> {
+        let ended: Vec<PtyId> = self
+            .leases()
+            .filter(|l| matches!(l.phase, Phase::Ended { .. }))
+            .map(|l| l.binding.pty)
+            .filter(|p| ptys.is_empty() || ptys.contains(p))
+            .collect();
+        for pty in &ended {
+            self.remove(pty);
+        }
+        ended
     }
 
     /// One more connection subscribed to `pty`. Returns false when it is not live.
@@ -354,8 +445,9 @@ impl LeaseTable {
         }
     }
 
-    /// Records that `pty` ended. The reason is [`EndReason::Killed`] when a kill was requested,
-    /// else `reason`. An already ended lease keeps its first record. Returns the ended lease.
+    /// Records that `pty` ended. The reason and detail are those of a requested end
+    /// ([`LeaseTable::mark_ending`]) if any, else `reason`. An already ended lease keeps its first
+    /// record. Returns the ended lease.
     pub fn end(
         &mut self,
         pty: &PtyId,
@@ -367,10 +459,12 @@ impl LeaseTable {
         if matches!(lease.phase, Phase::Ended { .. }) {
             return self.get(pty);
         }
-        let reason = if lease.kill_requested {
-            EndReason::Killed
-        } else {
-            reason
+        let reason = match lease.ending.take() {
+            Some((reason, detail)) => {
+                lease.detail = Some(detail);
+                reason
+            }
+            None => reason,
         };
         lease.phase = Phase::Ended { exit, reason };
         lease.since_ms = now_ms;
@@ -396,13 +490,6 @@ impl LeaseTable {
     /// Sets the protect flag. Returns false for an unknown PTY.
     pub fn set_protected(&mut self, pty: &PtyId, protected: bool) -> bool {
         self.get_mut(pty).map(|l| l.protected = protected).is_some()
-    }
-
-    /// Notes that a kill was sent, so the end reason becomes [`EndReason::Killed`].
-    pub fn mark_kill(&mut self, pty: &PtyId) {
-        if let Some(lease) = self.get_mut(pty) {
-            lease.kill_requested = true;
-        }
     }
 
     /// Leases of another incarnation that have no end: their daemon is gone, so nothing can reach

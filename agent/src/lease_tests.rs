@@ -215,8 +215,9 @@ fn state_transitions() {
     assert_eq!(state(&t), (LeaseState::Detached, 0, 13));
     t.detach(&a, 14);
     assert_eq!(state(&t), (LeaseState::Detached, 0, 13), "no underflow");
-    // A kill request makes the end reason Killed, whatever the caller saw.
-    t.mark_kill(&a);
+    // A requested end decides the reason and detail, whatever the caller saw; the first wins.
+    assert!(t.mark_ending(&a, EndReason::Killed, "killed by operator".into()));
+    assert!(t.mark_ending(&a, EndReason::Expired, "policy".into()));
     let exit = Some(ExitStatus {
         code: 1,
         signal: Some("Hangup".into()),
@@ -229,6 +230,8 @@ fn state_transitions() {
             reason: EndReason::Killed
         }
     );
+    assert_eq!(t.get(&a).unwrap().detail.as_deref(), Some("killed by operator"));
+    assert!(!t.mark_ending(&a, EndReason::Killed, "again".into()), "ended");
     // A second end keeps the first record; attach to an ended lease does nothing.
     t.end(&a, None, EndReason::AgentRestarted, 30);
     assert_eq!(t.get(&a).unwrap().info().reason, Some(EndReason::Killed));
@@ -333,4 +336,55 @@ fn removed_lease_leaves_no_trace() {
     t.insert(Lease::live(binding("new", again), Some(21), vec![], 4))
         .unwrap();
     assert_eq!(t.live(&pane("new")).map(|l| l.binding.pty), Some(again));
+}
+
+/// A binding whose ended lease left the bounded history (or was forgotten) reads as ended with
+/// reason `Forgotten`, never as "no such pane"; an id this incarnation never minted does not.
+#[test]
+fn an_evicted_or_forgotten_lease_reads_as_forgotten() {
+    let mut t = LeaseTable::new(Incarnation(9), 1);
+    let old = t.mint();
+    t.insert(Lease::live(binding("a", old), None, vec![], 0)).unwrap();
+    t.end(&old, None, EndReason::Exited, 1);
+    let newer = t.mint();
+    t.insert(Lease::live(binding("b", newer), None, vec![], 0)).unwrap();
+    t.end(&newer, None, EndReason::Exited, 2); // evicts `old` (history of 1)
+    let forgotten = |r: Result<&Lease, ErrorReply>| {
+        matches!(r, Err(ErrorReply::Ended { reason: EndReason::Forgotten, exit: None, .. }))
+    };
+    assert!(forgotten(t.check_attach(&pane("a"), Some(old))));
+    assert!(forgotten(t.check_binding(&binding("a", old))));
+    // Without an expected PTY there is nothing to say about the pane: NotFound as before.
+    assert!(matches!(t.check_attach(&pane("a"), None), Err(ErrorReply::NotFound { .. })));
+    // Never minted here: not forgotten.
+    let never = PtyId { incarnation: Incarnation(9), counter: 99 };
+    assert!(matches!(t.check_binding(&binding("a", never)), Err(ErrorReply::NotFound { .. })));
+    // Another incarnation's PTY cannot be running under this one.
+    let earlier = PtyId { incarnation: Incarnation(8), counter: 1 };
+    assert!(forgotten(t.check_binding(&binding("a", earlier))));
+    // Forget prunes ended leases only.
+    let live = t.mint();
+    t.insert(Lease::live(binding("c", live), None, vec![], 3)).unwrap();
+    assert_eq!(t.forget(&[live]), Vec::<PtyId>::new(), "live is never forgotten");
+    assert_eq!(t.forget(&[]), vec![newer]);
+    assert!(forgotten(t.check_binding(&binding("b", newer))));
+    assert!(t.check_binding(&binding("c", live)).is_ok());
+}
+
+/// A superseded lease can still be the target of an end by its exact binding, but not of input.
+#[test]
+fn a_superseded_lease_is_a_target_but_not_bound() {
+    let mut t = LeaseTable::new(Incarnation(9), 10);
+    let old = t.mint();
+    t.insert(Lease::live(binding("a", old), None, vec![], 0)).unwrap();
+    assert!(t.supersede(&old, 5));
+    let new = t.mint();
+    t.insert(Lease::live(binding("a", new), None, vec![], 5)).unwrap();
+    assert_eq!(t.get(&old).unwrap().state(), LeaseState::Superseded);
+    assert!(t.check_target(&binding("a", old)).is_ok());
+    assert!(matches!(
+        t.check_binding(&binding("a", old)),
+        Err(ErrorReply::Mismatch { current: Some(c), .. }) if c == new
+    ));
+    assert!(t.check_target(&binding("b", old)).is_err(), "another pane's key");
 }

@@ -18,7 +18,7 @@
 //! [`fit_leases`] caps the reply: it keeps live leases before ended ones and newer before older,
 //! and the caller logs how many were left out.
 
-use relay_protocol::message::Leases;
+use relay_protocol::message::{Inspected, LeaseRow, Leases, PolicyInfo};
 use relay_protocol::{
     ErrorReply, LeaseInfo, LeaseState, Message, PaneKey, Response, SpawnSpec, TermSize,
 };
@@ -127,38 +127,64 @@ fn too_long(what: &str, len: usize, limit: usize) -> Result<(), ErrorReply> {
 }
 
 /// Encoded size (the frame body: envelope and reply) of a `Leases` reply holding `leases`.
-fn reply_size(leases: Vec<LeaseInfo>) -> usize {
+fn reply_size(reply: Response) -> usize {
     // The largest possible id, so the real reply is never larger.
-    Message::Response(u64::MAX, Response::Leases(Leases { leases }))
-        .to_bytes()
-        .len()
+    Message::Response(u64::MAX, reply).to_bytes().len()
 }
 
 /// Trims `leases` (sorted for the reply) so that the `Leases` reply fits in `max_frame` bytes.
 /// Keeps live leases before ended ones, then newer (by `since_ms`) before older, and returns the
 /// kept ones in their original order with the number left out.
 pub fn fit_leases(leases: Vec<LeaseInfo>, max_frame: u32) -> (Vec<LeaseInfo>, usize) {
+    fit(leases, max_frame, |l| l, |leases| {
+        reply_size(Response::Leases(Leases { leases }))
+    })
+}
+
+/// As [`fit_leases`] for the rows of an `Inspected` reply.
+pub fn fit_rows(rows: Vec<LeaseRow>, max_frame: u32) -> (Vec<LeaseRow>, usize) {
+    fit(rows, max_frame, |r| &r.info, |leases| {
+        // The largest values of the fixed fields, so the real reply is never larger.
+        reply_size(Response::Inspected(Inspected {
+            policy: PolicyInfo {
+                unused_grace_ms: Some(u64::MAX),
+                idle_expiry_ms: Some(u64::MAX),
+                suggest_after_ms: u64::MAX,
+            },
+            rss_bytes: u64::MAX,
+            leases,
+            left_out: u32::MAX,
+        }))
+    })
+}
+
+fn fit<T: Clone>(
+    rows: Vec<T>,
+    max_frame: u32,
+    info: impl Fn(&T) -> &LeaseInfo,
+    size: impl Fn(Vec<T>) -> usize,
+) -> (Vec<T>, usize) {
     let max = max_frame as usize;
-    let total = reply_size(leases.clone());
-    if total <= max {
-        return (leases, 0);
+    if size(rows.clone()) <= max {
+        return (rows, 0);
     }
-    let mut order: Vec<usize> = (0..leases.len()).collect();
+    let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| {
-        let l = &leases[i];
+        let l = info(&rows[i]);
         (l.state == LeaseState::Ended, std::cmp::Reverse(l.since_ms))
     });
-    let mut used = reply_size(Vec::new()) + 4; // + room for a longer list length prefix.
-    let mut keep = vec![false; leases.len()];
+    let empty = size(Vec::new());
+    let mut used = empty + 4; // + room for a longer list length prefix.
+    let mut keep = vec![false; rows.len()];
     for i in order {
-        let row = reply_size(vec![leases[i].clone()]) - reply_size(Vec::new());
+        let row = size(vec![rows[i].clone()]) - empty;
         if used + row <= max {
             used += row;
             keep[i] = true;
         }
     }
-    let count = leases.len();
-    let kept: Vec<LeaseInfo> = leases
+    let count = rows.len();
+    let kept: Vec<T> = rows
         .into_iter()
         .zip(keep)
         .filter_map(|(l, k)| k.then_some(l))
@@ -171,6 +197,10 @@ pub fn fit_leases(leases: Vec<LeaseInfo>, max_frame: u32) -> (Vec<LeaseInfo>, us
 mod tests {
     use super::*;
     use relay_protocol::{Binding, Incarnation, PtyId, TermSize};
+
+    fn leases_size(leases: Vec<LeaseInfo>) -> usize {
+        reply_size(Response::Leases(Leases { leases }))
+    }
 
     #[test]
     fn pane_key_parts_are_checked() {
@@ -311,13 +341,13 @@ mod tests {
         all.push(lease("live-a", 2000, LeaseState::Detached, 1));
         all.push(lease("live-b", 2001, LeaseState::Attached, 2));
         assert!(
-            reply_size(all.clone()) > max as usize,
+            leases_size(all.clone()) > max as usize,
             "the worst case exceeds the frame"
         );
         let (kept, left_out) = fit_leases(all.clone(), max);
         assert_eq!(kept.len() + left_out, all.len());
         assert!(left_out > 0);
-        assert!(reply_size(kept.clone()) <= max as usize);
+        assert!(leases_size(kept.clone()) <= max as usize);
         let leaves: Vec<&str> = kept.iter().map(|l| l.binding.pane.leaf.as_str()).collect();
         assert!(leaves.contains(&"live-a") && leaves.contains(&"live-b"));
         // The ended ones kept are the newest, in the original order.

@@ -18,6 +18,8 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use relay_protocol::PtyId;
 
+use crate::procfs::{self, stat, Stat};
+
 /// How often the orphans are checked while waiting for them to end.
 const POLL: Duration = Duration::from_millis(50);
 /// How long to wait for the kernel to finish a SIGKILL.
@@ -34,31 +36,6 @@ pub struct Process {
     pub start_ticks: u64,
 }
 
-/// What `/proc/<pid>/stat` says about a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stat {
-    state: char,
-    pgrp: i32,
-    start_ticks: u64,
-}
-
-/// Parses the text of `/proc/<pid>/stat`. The command name (field 2) may contain spaces and
-/// parentheses, so fields are counted after its last `)`.
-fn parse_stat(text: &str) -> Option<Stat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state); field N is fields[N - 3].
-    Some(Stat {
-        state: fields.first()?.chars().next()?,
-        pgrp: fields.get(5 - 3)?.parse().ok()?,
-        start_ticks: fields.get(22 - 3)?.parse().ok()?,
-    })
-}
-
-fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
 /// The start time of process `pid` in clock ticks since boot, if it exists.
 pub fn start_ticks(pid: u32) -> Option<u64> {
     stat(pid).map(|s| s.start_ticks)
@@ -66,7 +43,7 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 
 /// Whether `p` still runs: same pid, same start time, not a zombie.
 fn running(p: &Process) -> Option<Stat> {
-    stat(p.pid).filter(|s| s.start_ticks == p.start_ticks && !matches!(s.state, 'Z' | 'X'))
+    stat(p.pid).filter(|s| s.start_ticks == p.start_ticks && !s.is_gone())
 }
 
 /// Sends `sig` to `p`'s process group (it leads one: PTY children call `setsid`), or to `p`
@@ -88,7 +65,7 @@ fn wait_gone(ps: Vec<Process>, limit: Duration) -> Vec<Process> {
     let deadline = Instant::now() + limit;
     let mut left = ps;
     loop {
-        left.retain(|p| running(p).is_some());
+        left.retain(|p| running(p).is_some() || !members(p).is_empty());
         if left.is_empty() || Instant::now() >= deadline {
             return left;
         }
@@ -96,14 +73,17 @@ fn wait_gone(ps: Vec<Process>, limit: Duration) -> Vec<Process> {
     }
 }
 
-/// Ends those of `candidates` that still run: SIGHUP to each process group, SIGKILL after
-/// `grace` to those still there. Blocks for at most about `grace` + 1 s. Returns the PTYs whose
-/// process was found running (each logged); the others were already gone.
+/// Ends what is left of `candidates`: SIGHUP to each shell's process group, SIGKILL after
+/// `grace` to those still there, then SIGKILL to whatever else is left in each shell's session
+/// (a background job that ignores SIGHUP outlives its shell and the hang-up; its session id is
+/// the shell's pid, which cannot be reused while the session has members). Blocks for at most
+/// about `grace` + 1 s. Returns the PTYs of which some process was found running (each logged);
+/// the others were already gone.
 pub fn end_orphans(candidates: &[Process], grace: Duration) -> Vec<PtyId> {
     let found: Vec<Process> = candidates
         .iter()
         .copied()
-        .filter(|p| running(p).is_some())
+        .filter(|p| running(p).is_some() || !members(p).is_empty())
         .collect();
     if found.is_empty() {
         return Vec::new();
@@ -112,7 +92,7 @@ pub fn end_orphans(candidates: &[Process], grace: Duration) -> Vec<PtyId> {
         tracing::warn!(
             pty = %p.pty,
             pid = p.pid,
-            "PTY process outlived the previous daemon and can never be reattached; ending it \
+            "PTY processes outlived the previous daemon and can never be reattached; ending them \
              (SIGHUP, SIGKILL after {grace:?})"
         );
         signal(p, Signal::SIGHUP);
@@ -123,37 +103,35 @@ pub fn end_orphans(candidates: &[Process], grace: Duration) -> Vec<PtyId> {
             tracing::warn!(pty = %p.pty, pid = p.pid, "orphan ignored SIGHUP; sent SIGKILL");
         }
     }
-    for p in wait_gone(stubborn, KILL_WAIT) {
+    for p in &found {
+        let killed = procfs::kill_session(p.pid, p.start_ticks);
+        if killed > 0 {
+            tracing::warn!(
+                pty = %p.pty,
+                "{killed} process(es) left in the orphan's session (ignoring SIGHUP) got SIGKILL"
+            );
+        }
+    }
+    for p in wait_gone(found.clone(), KILL_WAIT) {
         tracing::error!(
             pty = %p.pty,
             pid = p.pid,
-            "orphan still runs {KILL_WAIT:?} after SIGKILL (stuck in the kernel?); its lease is \
-             recorded as ended anyway since it can never be reattached"
+            "orphan processes still run {KILL_WAIT:?} after SIGKILL (stuck in the kernel?); its \
+             lease is recorded as ended anyway since it can never be reattached"
         );
     }
     found.into_iter().map(|p| p.pty).collect()
+}
+
+/// The processes left in `p`'s session.
+fn members(p: &Process) -> Vec<u32> {
+    procfs::session_members(p.pid, p.start_ticks)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::process::Command;
-
-    #[test]
-    fn stat_fields_are_counted_after_the_command_name() {
-        let text = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 \
-                    1 2 3";
-        assert_eq!(
-            parse_stat(text),
-            Some(Stat {
-                state: 'S',
-                pgrp: 4242,
-                start_ticks: 987654
-            })
-        );
-        assert_eq!(parse_stat("1 (x) S 1"), None);
-        assert_eq!(parse_stat("garbage"), None);
-    }
 
     #[test]
     fn own_start_time_is_stable_and_a_reused_pid_is_not_signalled() {

@@ -14,7 +14,7 @@
 //! still belongs to our child. `waitpid(-1)` is never used.
 
 use std::io::{Read, Write};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -30,6 +30,9 @@ use crate::input_seq::{Applied, WriterTable};
 use crate::ring::Ring;
 use crate::screen::{worker, PtyScreen, ScreenFeed};
 use crate::shell;
+
+#[path = "pty_kill.rs"]
+pub mod kill;
 
 /// How an ended PTY is announced to subscribers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +70,12 @@ pub struct Pty {
     /// `true` once the child was reaped; signals are only sent while this is `false`.
     reaped: Arc<Mutex<bool>>,
     last_output_ms: Arc<AtomicU64>,
+    /// Last input time, ms since the Unix epoch; 0 = never.
+    last_input_ms: AtomicU64,
+    /// The child's start time (clock ticks since boot), naming its session for the sweep.
+    start_ticks: Option<u64>,
+    /// Replaced by a newer PTY for its pane (rule D); fenced requests refuse it.
+    superseded: AtomicBool,
     size: Mutex<TermSize>,
     /// The terminal model, unless the daemon runs with it off.
     screen: Option<ScreenFeed>,
@@ -151,6 +160,9 @@ impl Pty {
             progress: watch::Sender::new(Progress::default()),
             reaped: Arc::new(Mutex::new(false)),
             last_output_ms: Arc::new(AtomicU64::new(0)),
+            last_input_ms: AtomicU64::new(0),
+            start_ticks: crate::procfs::stat(pid).map(|st| st.start_ticks),
+            superseded: AtomicBool::new(false),
             size: Mutex::new(size),
             screen,
         });
@@ -199,6 +211,26 @@ impl Pty {
         Some(self.last_output_ms.load(Ordering::Relaxed)).filter(|&t| t > 0)
     }
 
+    /// Last input time (ms since the Unix epoch), if any input was queued.
+    pub fn last_input_ms(&self) -> Option<u64> {
+        Some(self.last_input_ms.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+
+    /// The child's start time in clock ticks since boot, if it could be read at spawn.
+    pub fn start_ticks(&self) -> Option<u64> {
+        self.start_ticks
+    }
+
+    /// Whether a newer PTY replaced this one for its pane.
+    pub fn is_superseded(&self) -> bool {
+        self.superseded.load(Ordering::Acquire)
+    }
+
+    /// Marks this PTY superseded (its process keeps running).
+    pub fn set_superseded(&self) {
+        self.superseded.store(true, Ordering::Release);
+    }
+
     /// Current size.
     pub fn size(&self) -> TermSize {
         *self.size.lock().unwrap_or_else(|p| p.into_inner())
@@ -224,7 +256,9 @@ impl Pty {
         }
         self.input.send(data).map_err(|_| ErrorReply::Internal {
             message: format!("input writer of {} is gone", self.binding),
-        })
+        })?;
+        self.last_input_ms.store(crate::now_ms(), Ordering::Relaxed);
+        Ok(())
     }
 
     /// `InputSeq`: queues bytes for the PTY's input unless `seq` is not above the last seq
@@ -296,30 +330,6 @@ impl Pty {
     pub fn signal_group_if_ours(&self, signal: Signal) -> bool {
         let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
         !*reaped && killpg(Pid::from_raw(self.pid as i32), signal).is_ok()
-    }
-
-    /// Ends the PTY: SIGHUP to its process group now, SIGKILL after `grace` if the child is still
-    /// ours and unreaped. Returns at once: whether SIGHUP was sent (false when the child had
-    /// already exited).
-    pub fn kill(self: &Arc<Self>, grace: Duration) -> bool {
-        if !self.signal_group_if_ours(Signal::SIGHUP) {
-            return false;
-        }
-        let pty = Arc::downgrade(self);
-        let spawn = thread::Builder::new()
-            .name("relay-kill".into())
-            .spawn(move || {
-                thread::sleep(grace);
-                if let Some(pty) = pty.upgrade() {
-                    if pty.signal_group_if_ours(Signal::SIGKILL) {
-                        tracing::info!(binding = %pty.binding, "escalated to SIGKILL after {grace:?}");
-                    }
-                }
-            });
-        if let Err(e) = spawn {
-            tracing::warn!("could not start the SIGKILL timer: {e}");
-        }
-        true
     }
 
     /// Announces the end to subscribers (after the lease was updated).

@@ -19,18 +19,18 @@ use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response, Resume};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::lifecycle::{policy, LeasePolicy};
 use crate::limits;
-use crate::pty::Pty;
-use crate::state::State;
+use crate::state::{Attachment, State};
 use crate::subscription::{Mode, Start, Subscription};
 
 /// How many finished opens may wait for the read loop.
 const OPENED_QUEUE: usize = 16;
 
 /// A subscription accepted by `Attach` whose forwarding starts after the reply is queued, so the
-/// `Attached` reply precedes its output.
+/// `Attached` reply precedes its output. Its attachment counts it from acceptance on.
 struct Staged {
-    pty: Arc<Pty>,
+    attachment: Attachment,
     start: Start,
     mode: Mode,
 }
@@ -41,29 +41,9 @@ pub struct OpenDone {
     resume: Resume,
     /// `Some` for `OpenScreen`.
     screen: Option<Mode>,
-    result: Result<(Created, Counted), ErrorReply>,
-}
-
-/// A PTY with one attach count taken by `Open` for this connection. [`Session::finish_open`]
-/// hands the count to a subscription; dropped any other way (the connection closed before the
-/// open finished), it gives the count back.
-struct Counted {
-    state: State,
-    pty: Option<Arc<Pty>>,
-}
-
-impl Counted {
-    fn take(mut self) -> Arc<Pty> {
-        self.pty.take().expect("a counted PTY is taken once")
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        if let Some(pty) = self.pty.take() {
-            self.state.detached(&pty.binding().pty);
-        }
-    }
+    /// The attachment `Open` took; [`Session::finish_open`] hands it to a subscription, and
+    /// dropped any other way (the connection closed first) it detaches.
+    result: Result<(Created, Attachment), ErrorReply>,
 }
 
 /// What the peer announced in its Hello that shapes this connection's traffic.
@@ -76,6 +56,8 @@ pub struct PeerTerms {
     /// The peer listed the `credit` capability, so it sends acks; without it output is forwarded
     /// without a window (only the connection's bounded queue applies).
     pub credit: bool,
+    /// The peer listed `lifecycle` (protocol 1.4): it can read `EndReason::Forgotten`.
+    pub lifecycle: bool,
 }
 
 /// State of one client connection.
@@ -87,6 +69,9 @@ pub struct Session {
     staged: Vec<Staged>,
     opened_tx: mpsc::Sender<OpenDone>,
     opened_rx: mpsc::Receiver<OpenDone>,
+    /// The cleanup policy this connection stated (`SetPolicy`); `None`: the PTYs it creates are
+    /// never ended by a timer.
+    policy: Option<LeasePolicy>,
 }
 
 impl Session {
@@ -101,7 +86,36 @@ impl Session {
             staged: Vec::new(),
             opened_tx,
             opened_rx,
+            policy: None,
         }
+    }
+
+    /// The cleanup policy this connection stated, if any.
+    pub fn policy(&self) -> Option<LeasePolicy> {
+        self.policy
+    }
+
+    /// `SetPolicy`: the policy for the PTYs this connection creates from now on, resolved
+    /// against the agent's settings.
+    ///
+    /// # Errors
+    /// `BadRequest` for an unknown condition or a value out of bounds; nothing changes then.
+    pub fn set_policy(&mut self, spec: &str) -> Result<(), ErrorReply> {
+        let resolved = policy::resolve_spec(spec, &self.state.config().policy)
+            .map_err(|message| ErrorReply::BadRequest { message })?;
+        tracing::info!(policy = %resolved, "connection stated a cleanup policy");
+        self.policy = Some(resolved);
+        Ok(())
+    }
+
+    /// Largest frame body the peer accepts, in bytes.
+    pub fn max_frame(&self) -> u32 {
+        self.terms.max_frame
+    }
+
+    /// The peer announced the `lifecycle` capability (it can read `EndReason::Forgotten`).
+    pub fn knows_lifecycle(&self) -> bool {
+        self.terms.lifecycle
     }
 
     /// The daemon state.
@@ -122,8 +136,9 @@ impl Session {
     /// a malformed pane key, `LimitExceeded` for an oversized one.
     pub fn attach(&mut self, req: Attach) -> Result<Attached, ErrorReply> {
         limits::check_pane(&req.pane)?;
-        let pty = self.state.attach(&req.pane, req.expect)?;
-        let (attached, _) = self.subscribe(pty, legacy_resume(req.resume_from), Mode::Bytes)?;
+        let attachment = self.state.attach(&req.pane, req.expect)?;
+        let (attached, _) =
+            self.subscribe(attachment, legacy_resume(req.resume_from), Mode::Bytes)?;
         Ok(attached)
     }
 
@@ -135,11 +150,11 @@ impl Session {
     pub fn attach_screen(&mut self, req: AttachScreen) -> Result<ScreenAttached, ErrorReply> {
         self.require_screen()?;
         limits::check_pane(&req.pane)?;
-        let pty = self.state.attach(&req.pane, req.expect)?;
+        let attachment = self.state.attach(&req.pane, req.expect)?;
         let mode = Mode::Screen {
             events_after: req.events_after,
         };
-        let (attached, snapshot) = self.subscribe(pty, req.resume, mode)?;
+        let (attached, snapshot) = self.subscribe(attachment, req.resume, mode)?;
         Ok(ScreenAttached { attached, snapshot })
     }
 
@@ -182,21 +197,16 @@ impl Session {
     fn start_open(&self, id: u64, create: Create, resume: Resume, screen: Option<Mode>) {
         let state = self.state.clone();
         let done = self.opened_tx.clone();
+        let policy = self.policy;
         let task = async move {
-            let result = state.create_attached(create).await.map(|(created, pty)| {
-                let counted = Counted {
-                    state: state.clone(),
-                    pty: Some(pty),
-                };
-                (created, counted)
-            });
+            let result = state.create_attached(create, policy).await;
             let finished = OpenDone {
                 id,
                 resume,
                 screen,
                 result,
             };
-            // Fails only when the session is gone; dropping `finished` gives the count back.
+            // Fails only when the session is gone; dropping `finished` detaches.
             let _ = done.send(finished).await;
         };
         tokio::spawn(task.in_current_span());
@@ -212,8 +222,8 @@ impl Session {
     pub fn finish_open(&mut self, done: OpenDone) -> (u64, Response) {
         let mode = done.screen.unwrap_or(Mode::Bytes);
         let reply = match done.result {
-            Ok((created, counted)) => {
-                self.subscribe(counted.take(), done.resume, mode)
+            Ok((created, attachment)) => {
+                self.subscribe(attachment, done.resume, mode)
                     .map(|(attached, snapshot)| match done.screen {
                         Some(_) => Response::ScreenOpened(ScreenOpened {
                             created,
@@ -228,8 +238,8 @@ impl Session {
         (done.id, reply.unwrap_or_else(Response::Error))
     }
 
-    /// Stages this connection's subscription to `pty`, whose attach count the caller already
-    /// took, from `resume` (see `Attach` and `AttachScreen`). Works on a PTY that has ended
+    /// Stages this connection's subscription through `attachment` (the count the caller took),
+    /// from `resume` (see `Attach` and `AttachScreen`). Works on a PTY that has ended
     /// meanwhile: the subscription delivers what the ring holds, then `Exited`. Shared by
     /// `Attach`, `Open` and their screen forms. An earlier subscription of this connection to the
     /// PTY is replaced, but only once the new one is accepted. Returns the reply's `Attached` and
@@ -237,14 +247,15 @@ impl Session {
     /// here, after parsing what the model has not seen yet).
     ///
     /// # Errors
-    /// `BadRequest` for a resume offset beyond the output end (the attach count is given back;
-    /// an earlier subscription keeps running).
+    /// `BadRequest` for a resume offset beyond the output end (the attachment is dropped; an
+    /// earlier subscription keeps running).
     fn subscribe(
         &mut self,
-        pty: Arc<Pty>,
+        attachment: Attachment,
         resume: Resume,
         mode: Mode,
     ) -> Result<(Attached, bool), ErrorReply> {
+        let pty = Arc::clone(attachment.pty());
         let id = pty.binding().pty;
         let (start, end) = {
             let ring = pty.ring().lock().unwrap_or_else(|p| p.into_inner());
@@ -272,7 +283,6 @@ impl Session {
                 let (replay_from, lost) = match resume {
                     Resume::Now | Resume::Snapshot => (end, 0),
                     Resume::From(r) if r > end => {
-                        self.state.detached(&id);
                         return Err(ErrorReply::BadRequest {
                             message: format!(
                                 "resume_from {r} is beyond the output end {end} of {}; resume from an offset this PTY produced",
@@ -286,9 +296,8 @@ impl Session {
                 (Start::Bytes(replay_from), end, lost, pty.size())
             }
         };
-        if self.subs.remove(&id).is_some() {
-            self.state.detached(&id);
-        }
+        // Replaced: the earlier subscription and its attachment end here.
+        self.subs.remove(&id);
         let attached = Attached {
             binding: pty.binding().clone(),
             replay_from: first.offset(),
@@ -298,7 +307,7 @@ impl Session {
         };
         let snapshot = matches!(first, Start::Snapshot(_));
         self.staged.push(Staged {
-            pty,
+            attachment,
             start: first,
             mode,
         });
@@ -309,19 +318,17 @@ impl Session {
     pub fn start_staged(&mut self) {
         let window = self.terms.credit.then_some(self.state.config().window);
         for s in self.staged.drain(..) {
-            let id = s.pty.binding().pty;
+            let id = s.attachment.pty().binding().pty;
             let sub = Subscription::start(
-                s.pty,
+                s.attachment,
                 s.start,
                 s.mode,
                 window,
                 self.terms.chunk,
                 self.out.clone(),
             );
-            if self.subs.insert(id, sub).is_some() {
-                // Two stagings of one PTY in one request cannot happen; keep the count right.
-                self.state.detached(&id);
-            }
+            // Two stagings of one PTY in one request cannot happen; the replaced one detaches.
+            self.subs.insert(id, sub);
         }
     }
 
@@ -348,9 +355,7 @@ impl Session {
     /// `NotFound`, `Ended`, `Mismatch`.
     pub fn detach(&mut self, req: Detach) -> Result<(), ErrorReply> {
         self.state.fenced(&req.binding)?;
-        if self.subs.remove(&req.binding.pty).is_some() {
-            self.state.detached(&req.binding.pty);
-        }
+        self.subs.remove(&req.binding.pty);
         Ok(())
     }
 
@@ -374,16 +379,4 @@ pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
 /// The base protocol's `resume_from` as a [`Resume`].
 fn legacy_resume(resume_from: Option<u64>) -> Resume {
     resume_from.map_or(Resume::Now, Resume::From)
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        for s in self.staged.drain(..) {
-            self.state.detached(&s.pty.binding().pty);
-        }
-        for (id, sub) in self.subs.drain() {
-            drop(sub);
-            self.state.detached(&id);
-        }
-    }
 }

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::credit::Credit;
+use crate::state::Attachment;
 use crate::pty::Pty;
 use crate::ring::ReadFrom;
 use crate::screen::TakenSnapshot;
@@ -63,17 +64,20 @@ pub enum Mode {
 /// A running subscription; dropping it stops the forwarding task.
 pub struct Subscription {
     task: JoinHandle<()>,
+    /// This subscriber's count on the lease; dropped with the subscription (after the task is
+    /// aborted), it detaches.
+    _attachment: Attachment,
     acks: watch::Sender<u64>,
     /// Offset up to which output was handed to the connection (or skipped as a gap).
     sent: Arc<AtomicU64>,
 }
 
 impl Subscription {
-    /// Starts forwarding `pty`'s output from `start` into `out`, in chunks of at most `chunk`
+    /// Starts forwarding the attached PTY's output from `start` into `out`, in chunks of at most `chunk`
     /// bytes, with a credit window of `window` bytes (`None`: the peer does not send acks, so no
     /// window applies).
     pub fn start(
-        pty: Arc<Pty>,
+        attachment: Attachment,
         start: Start,
         mode: Mode,
         window: Option<u32>,
@@ -88,7 +92,7 @@ impl Subscription {
         };
         let sent = Arc::new(AtomicU64::new(first));
         let forwarder = Forwarder {
-            pty,
+            pty: Arc::clone(attachment.pty()),
             credit,
             chunk: chunk.max(1),
             out,
@@ -97,7 +101,12 @@ impl Subscription {
             mode,
         };
         let task = tokio::spawn(forwarder.run(start).in_current_span());
-        Subscription { task, acks, sent }
+        Subscription {
+            task,
+            _attachment: attachment,
+            acks,
+            sent,
+        }
     }
 
     /// The peer consumed output up to `offset`; clamped to what was sent, ignored when not above

@@ -1,0 +1,168 @@
+//! What the agent reads from `/proc` (Linux `proc(5)`): a process's state, group, session and
+//! start time, a shell's child processes, the members of a PTY's session, and the daemon's own
+//! resident memory. Read only on demand (a lifecycle re-check, a listing, an end): nothing here
+//! polls.
+
+use std::fs;
+use std::io;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// What `/proc/<pid>/stat` says about a process (fields numbered as in `proc(5)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// Field 3: `R`, `S`, `D`, `Z`, ...
+    pub state: char,
+    /// Field 4: parent pid.
+    pub ppid: u32,
+    /// Field 5: process group id.
+    pub pgrp: i32,
+    /// Field 6: session id (the pid of the session leader; a PTY's shell leads its session).
+    pub session: i32,
+    /// Field 22: start time, clock ticks since boot.
+    pub start_ticks: u64,
+}
+
+impl Stat {
+    /// A zombie or dead process (exited, not yet reaped).
+    pub fn is_gone(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
+/// Parses the text of `/proc/<pid>/stat`. The command name (field 2) may contain spaces and
+/// parentheses, so fields are counted after its last `)`.
+pub fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); field N is fields[N - 3].
+    let field = |n: usize| fields.get(n - 3).copied();
+    Some(Stat {
+        state: field(3)?.chars().next()?,
+        ppid: field(4)?.parse().ok()?,
+        pgrp: field(5)?.parse().ok()?,
+        session: field(6)?.parse().ok()?,
+        start_ticks: field(22)?.parse().ok()?,
+    })
+}
+
+/// The stat of process `pid`, if it exists.
+pub fn stat(pid: u32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The live (not zombie) child processes of `pid`, from `/proc/<pid>/task/*/children`, or by
+/// scanning every process's parent when the kernel lacks that file (`CONFIG_PROC_CHILDREN`).
+///
+/// # Errors
+/// `/proc` could not be read (the caller counts that as "has children").
+pub fn children(pid: u32) -> io::Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
+        let path = task?.path().join("children");
+        match fs::read_to_string(&path) {
+            Ok(text) => out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(processes()?
+                    .filter(|(_, st)| st.ppid == pid && !st.is_gone())
+                    .map(|(p, _)| p)
+                    .collect());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    out.retain(|c| stat(*c).is_some_and(|st| !st.is_gone()));
+    Ok(out)
+}
+
+/// Every process with its stat (processes that vanish while reading are skipped).
+///
+/// # Errors
+/// `/proc` itself could not be listed.
+pub fn processes() -> io::Result<impl Iterator<Item = (u32, Stat)>> {
+    Ok(fs::read_dir("/proc")?.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        Some((pid, stat(pid)?))
+    }))
+}
+
+/// The live processes of the session led by `leader` other than the leader itself, started no
+/// earlier than the leader (`leader_ticks`): what is left of a PTY's shell's session besides the
+/// shell (which the caller signals only while it is its own unreaped child). A session id is not
+/// reused while the session has members, and the start-time bound excludes processes of an
+/// older session whose leader's pid was reused.
+pub fn session_members(leader: u32, leader_ticks: u64) -> Vec<u32> {
+    let Ok(all) = processes() else {
+        return Vec::new();
+    };
+    all.filter(|(pid, st)| *pid != leader && is_member(st, leader, leader_ticks))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+fn is_member(st: &Stat, leader: u32, leader_ticks: u64) -> bool {
+    st.session == leader as i32 && st.start_ticks >= leader_ticks && !st.is_gone()
+}
+
+/// SIGKILLs every member of the session led by `leader` (see [`session_members`]), checking each
+/// process's session and start time again right before its signal. Returns how many were sent.
+pub fn kill_session(leader: u32, leader_ticks: u64) -> u32 {
+    let mut sent = 0;
+    for pid in session_members(leader, leader_ticks) {
+        let still = stat(pid).is_some_and(|st| is_member(&st, leader, leader_ticks));
+        if still && kill(Pid::from_raw(pid as i32), Signal::SIGKILL).is_ok() {
+            sent += 1;
+        }
+    }
+    sent
+}
+
+/// The daemon's resident memory in bytes (`VmRSS` of `/proc/self/status`), 0 when unknown.
+pub fn own_rss_bytes() -> u64 {
+    let Ok(text) = fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn stat_fields_are_counted_after_the_command_name() {
+        let text = "4242 (a) b (c)) S 1 4242 4240 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 987654 \
+                    1 2 3";
+        assert_eq!(
+            parse_stat(text),
+            Some(Stat {
+                state: 'S',
+                ppid: 1,
+                pgrp: 4242,
+                session: 4240,
+                start_ticks: 987654
+            })
+        );
+        assert_eq!(parse_stat("1 (x) S 1"), None);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn children_are_read_and_exited_ones_are_not_counted() {
+        let me = std::process::id();
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(children(me).unwrap().contains(&child.id()));
+        child.kill().unwrap();
+        // Killed but not reaped yet: a zombie is no child to keep a shell for.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!children(me).unwrap().contains(&child.id()));
+        child.wait().unwrap();
+        assert!(own_rss_bytes() > 1024 * 1024);
+    }
+}

@@ -1,0 +1,143 @@
+//! Ending a PTY completely: SIGHUP to the shell's process group, SIGKILL after the grace only
+//! while the shell is still our own unreaped child, then SIGKILL to whatever is left in the
+//! PTY's session (e.g. a background job that ignores SIGHUP: `(trap '' HUP; exec sleep 1e5) &`).
+//! The session is ours: the shell leads it (portable-pty runs `setsid`), and its id, the shell's
+//! pid, is not reused while the session has members; members are also checked to have started
+//! no earlier than the shell (see [`crate::procfs::kill_session`]).
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tokio::sync::oneshot;
+
+use super::Pty;
+use crate::procfs;
+
+/// How often a kill in progress looks whether the shell is reaped and its session empty.
+const POLL: Duration = Duration::from_millis(50);
+/// How long SIGKILLed session members may take to disappear before they count as left.
+const KILL_WAIT: Duration = Duration::from_secs(1);
+
+/// What an end did, for the lease's detail and the kill summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KillOutcome {
+    /// The shell ignored SIGHUP for the whole grace and got SIGKILL.
+    pub shell_sigkill: bool,
+    /// Other processes left in the PTY's session after the grace that got SIGKILL.
+    pub session_killed: u32,
+    /// Processes still in the session after that (stuck in the kernel), or `None` when the
+    /// session could not be identified (the shell's start time was unreadable at spawn).
+    pub left: Option<u32>,
+}
+
+impl KillOutcome {
+    /// A short account for people: `SIGHUP`, `SIGKILL after 3s; 1 process left in its session
+    /// got SIGKILL`, `...; 2 processes still in its session`.
+    pub fn describe(&self, grace: Duration) -> String {
+        let mut s = if self.shell_sigkill {
+            format!("SIGHUP, SIGKILL after {}s", grace.as_secs())
+        } else {
+            "SIGHUP".to_string()
+        };
+        if self.session_killed > 0 {
+            s += &format!(
+                "; {} left in its session got SIGKILL",
+                processes(self.session_killed)
+            );
+        }
+        match self.left {
+            Some(0) => {}
+            Some(n) => s += &format!("; {} still in its session", processes(n)),
+            None => s += "; its session could not be checked",
+        }
+        s
+    }
+}
+
+fn processes(n: u32) -> String {
+    if n == 1 {
+        "1 process".into()
+    } else {
+        format!("{n} processes")
+    }
+}
+
+impl Pty {
+    /// Ends the PTY (see the module docs). Returns at once: `None` when the shell had already
+    /// been reaped (nothing was signalled), else a receiver of what the end did, sent once the
+    /// shell is reaped and its session empty, or after the grace and the SIGKILLs.
+    pub fn kill(self: &Arc<Self>, grace: Duration) -> Option<oneshot::Receiver<KillOutcome>> {
+        if !self.signal_group_if_ours(Signal::SIGHUP) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        let pty = Arc::clone(self);
+        let spawn = thread::Builder::new()
+            .name("relay-kill".into())
+            .spawn(move || {
+                let _ = tx.send(pty.finish_kill(grace));
+            });
+        if let Err(e) = spawn {
+            tracing::warn!("could not start the SIGKILL timer: {e}");
+        }
+        Some(rx)
+    }
+
+    /// The rest of [`Pty::kill`], on its own thread.
+    fn finish_kill(&self, grace: Duration) -> KillOutcome {
+        let deadline = Instant::now() + grace;
+        let members = || {
+            self.start_ticks
+                .map(|ticks| procfs::session_members(self.pid, ticks))
+        };
+        loop {
+            if self.is_reaped() && members().is_some_and(|m| m.is_empty()) {
+                return KillOutcome {
+                    left: Some(0),
+                    ..KillOutcome::default()
+                };
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            thread::sleep(POLL);
+        }
+        let shell_sigkill = self.signal_group_if_ours(Signal::SIGKILL);
+        if shell_sigkill {
+            tracing::info!(binding = %self.binding, "escalated to SIGKILL after {grace:?}");
+        }
+        let Some(ticks) = self.start_ticks else {
+            return KillOutcome {
+                shell_sigkill,
+                session_killed: 0,
+                left: None,
+            };
+        };
+        let session_killed = procfs::kill_session(self.pid, ticks);
+        if session_killed > 0 {
+            tracing::warn!(
+                binding = %self.binding,
+                "{session_killed} process(es) left in the PTY's session after {grace:?} got SIGKILL"
+            );
+        }
+        let until = Instant::now() + KILL_WAIT;
+        let left = loop {
+            let left = procfs::session_members(self.pid, ticks).len() as u32;
+            if left == 0 || Instant::now() >= until {
+                break left;
+            }
+            thread::sleep(POLL);
+        };
+        KillOutcome {
+            shell_sigkill,
+            session_killed,
+            left: Some(left),
+        }
+    }
+
+    fn is_reaped(&self) -> bool {
+        *self.reaped.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

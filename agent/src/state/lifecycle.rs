@@ -1,0 +1,255 @@
+//! The daemon's side of the lifecycle policy: gathering a lease's facts (in-memory ones under
+//! the book lock, `/proc` and the terminal model outside it), the timers' owner, policy ends,
+//! "end all eligible" re-verification, and the `Inspect` rows.
+
+use std::time::Duration;
+
+use relay_protocol::message::{EndOutcome, Inspected, LeaseRow, PolicyInfo, Tag};
+use relay_protocol::{Binding, EndReason, LeaseState, PtyId};
+
+use super::end::{gone_or_refused, Ending};
+use super::State;
+use crate::lease::{Lease, Phase};
+use crate::lifecycle::{decide, Children, Facts, Keep, Owner, Rule, Timers, Verdict};
+use crate::pty::Pty;
+use crate::{limits, now_ms, procfs};
+
+impl State {
+    /// (Re-)arms `pty`'s lifecycle timer from its facts now.
+    pub(super) fn arm(&self, pty: PtyId) {
+        self.inner.timers.arm(self, pty);
+    }
+
+    /// The facts of a lease that only events change, read under the book lock.
+    fn memory_facts(lease: &Lease, pty: Option<&Pty>) -> Facts {
+        let (running, attached) = match lease.phase {
+            Phase::Live { attached } => (true, attached),
+            Phase::Superseded => (true, 0),
+            Phase::Ended { .. } => (false, 0),
+        };
+        let last_input_ms = pty.and_then(Pty::last_input_ms);
+        Facts {
+            running: running && pty.is_some(),
+            attached,
+            superseded: lease.phase == Phase::Superseded,
+            since_ms: lease.since_ms,
+            used: lease.explicit_command || last_input_ms.is_some(),
+            last_input_ms,
+            last_output_ms: pty.and_then(Pty::last_output_ms).or(lease.last_output_ms),
+            protected: lease.protected,
+            alternate_screen: None,
+            children: Children::NotRead,
+            policy: lease.policy,
+        }
+    }
+
+    /// A lease's facts now. The terminal model and, with `read_children`, `/proc` are read
+    /// after the book lock is released.
+    fn facts_of(&self, pty_id: &PtyId, read_children: bool) -> Option<(Facts, Option<u32>)> {
+        let pty = self.pty(pty_id);
+        let (mut facts, pid) = {
+            let book = self.book();
+            let lease = book.get(pty_id)?;
+            (Self::memory_facts(lease, pty.as_deref()), lease.pid)
+        };
+        if facts.running {
+            facts.alternate_screen = pty
+                .as_ref()
+                .and_then(|p| p.screen())
+                .map(|s| s.alternate_screen());
+            if read_children {
+                facts.children = match pid.map(procfs::children) {
+                    Some(Ok(c)) => Children::Count(c.len() as u32),
+                    _ => Children::Unreadable,
+                };
+            }
+        }
+        Some((facts, pid))
+    }
+
+    /// Whether the facts only events change are still those in `seen`.
+    fn unchanged(lease: &Lease, pty: Option<&Pty>, seen: &Facts) -> bool {
+        let now = Self::memory_facts(lease, pty);
+        now.running
+            && now.attached == seen.attached
+            && now.protected == seen.protected
+            && now.used == seen.used
+            && now.last_input_ms == seen.last_input_ms
+            && now.superseded == seen.superseded
+            && now.since_ms == seen.since_ms
+    }
+
+    /// `End{when: Eligible}` for one target: re-verifies the policy now (children included) and
+    /// ends it only if it is eligible and nothing changed in between.
+    pub(super) fn begin_eligible_end(&self, binding: &Binding) -> Result<Option<Ending>, EndOutcome> {
+        self.book().check_target(binding).map_err(gone_or_refused)?;
+        let gone = EndOutcome::AlreadyGone { reason: None };
+        let Some((facts, _)) = self.facts_of(&binding.pty, true) else {
+            return Err(gone);
+        };
+        let why = match decide(&facts, self.inner.config.policy.suggest_after, now_ms()) {
+            Verdict::End(rule) => rule.to_string(),
+            Verdict::Suggest(why) => why.to_string(),
+            Verdict::Keep(Keep::Ended) => return Err(gone),
+            Verdict::Keep(keep) | Verdict::Busy(keep, _) => {
+                return Err(EndOutcome::Kept {
+                    why: format!("checked again and kept: {}", kept_words(keep)),
+                })
+            }
+            Verdict::Wait { at_ms, rule } => {
+                return Err(EndOutcome::Kept {
+                    why: format!(
+                        "checked again and kept: not eligible yet ({rule} at {})",
+                        crate::lifecycle::policy::human_ms(at_ms.saturating_sub(now_ms()))
+                    ),
+                })
+            }
+        };
+        let detail = format!("ended as eligible by operator ({why})");
+        let pty = self.pty(&binding.pty);
+        self.begin_end(binding, EndReason::Killed, &detail, |lease| {
+            if Self::unchanged(lease, pty.as_deref(), &facts) {
+                Ok(())
+            } else {
+                Err(EndOutcome::Kept {
+                    why: "checked again and kept: it changed while being ended".into(),
+                })
+            }
+        })
+    }
+
+    /// `Inspect`: every lease with the policy's answer now, cut to fit `max_frame`.
+    pub fn inspect(&self, max_frame: u32) -> Inspected {
+        let now = now_ms();
+        let infos = self.leases();
+        let mut rows: Vec<LeaseRow> = Vec::with_capacity(infos.len());
+        for info in infos {
+            // Only a detached shell's children matter to the policy: read them for those.
+            let detached = matches!(info.state, LeaseState::Detached | LeaseState::Superseded);
+            let facts = self.facts_of(&info.binding.pty, detached);
+            let (tag, used, last_input_ms) = match &facts {
+                Some((f, _)) => (self.tag(f, now), f.used, f.last_input_ms),
+                None => (Tag::None, false, None),
+            };
+            let (detail, policy) = {
+                let book = self.book();
+                let lease = book.get(&info.binding.pty);
+                (
+                    lease.and_then(|l| l.detail.clone()),
+                    lease.and_then(|l| l.policy).map(|p| p.to_string()),
+                )
+            };
+            rows.push(LeaseRow {
+                info,
+                tag,
+                detail,
+                used,
+                last_input_ms,
+                policy,
+            });
+        }
+        let p = &self.inner.config.policy;
+        let (leases, left_out) = limits::fit_rows(rows, max_frame);
+        Inspected {
+            policy: PolicyInfo {
+                unused_grace_ms: p.unused_grace.map(|d| d.as_millis() as u64),
+                idle_expiry_ms: p.idle_expiry.map(|d| d.as_millis() as u64),
+                suggest_after_ms: p.suggest_after.as_millis() as u64,
+            },
+            rss_bytes: procfs::own_rss_bytes(),
+            leases,
+            left_out: left_out as u32,
+        }
+    }
+
+    /// The tag `relayctl leases` shows for facts read at `now`.
+    fn tag(&self, f: &Facts, now: u64) -> Tag {
+        if f.protected && f.running {
+            return Tag::Protected;
+        }
+        match decide(f, self.inner.config.policy.suggest_after, now) {
+            Verdict::Wait { at_ms, rule } => Tag::CleanupAt {
+                at_ms,
+                why: rule.to_string(),
+            },
+            Verdict::End(rule) => Tag::CleanupAt {
+                at_ms: now,
+                why: rule.to_string(),
+            },
+            Verdict::Suggest(why) => Tag::Suggested {
+                why: why.to_string(),
+            },
+            Verdict::Busy(keep, _) => Tag::Kept {
+                why: kept_words(keep).into(),
+            },
+            Verdict::Keep(keep) if keep.is_busy() => Tag::Kept {
+                why: kept_words(keep).into(),
+            },
+            Verdict::Keep(_) => Tag::None,
+        }
+    }
+}
+
+/// Words for a keep reason in a tag or an outcome.
+fn kept_words(keep: Keep) -> &'static str {
+    match keep {
+        Keep::HasChildren => "has children",
+        Keep::ChildrenUnknown => "children unreadable",
+        Keep::FullScreen => "full-screen program",
+        Keep::ScreenUnknown => "screen unknown",
+        Keep::Attached => "attached",
+        Keep::Protected => "protected",
+        Keep::Ended => "ended",
+        Keep::NoPolicy => "no policy ends it",
+        Keep::Used => "in use",
+        Keep::GraceOff => "cleanup off",
+    }
+}
+
+impl Owner for State {
+    fn facts(&self, pty: &PtyId, read_children: bool) -> Option<Facts> {
+        self.facts_of(pty, read_children).map(|(f, _)| f)
+    }
+
+    fn end_by_policy(&self, pty_id: &PtyId, rule: Rule, seen: &Facts) -> bool {
+        let Some(binding) = self.book().get(pty_id).map(|l| l.binding.clone()) else {
+            return false;
+        };
+        let pty = self.pty(pty_id);
+        let detail = format!("policy: {rule}");
+        let begun = self.begin_end(&binding, EndReason::Expired, &detail, |lease| {
+            if Self::unchanged(lease, pty.as_deref(), seen) {
+                Ok(())
+            } else {
+                Err(EndOutcome::Kept {
+                    why: "changed".into(),
+                })
+            }
+        });
+        match begun {
+            Ok(Some(ending)) => {
+                let state = self.clone();
+                tokio::spawn(async move { state.finish_end(ending).await });
+                true
+            }
+            Ok(None) => true,
+            Err(EndOutcome::Refused { why }) => {
+                tracing::error!(%binding, "lifecycle: could not end by policy: {why}");
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+
+    fn suggest_after(&self) -> Duration {
+        self.inner.config.policy.suggest_after
+    }
+
+    fn timers(&self) -> &Timers {
+        &self.inner.timers
+    }
+}

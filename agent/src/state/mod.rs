@@ -1,0 +1,241 @@
+//! The daemon's shared state behind a cheap-clone [`State`] handle: the lease book, the running
+//! PTYs, the journal and the lifecycle timers.
+//!
+//! Split by responsibility:
+//! - here: opening (journal replay, orphans), accessors, listing, status;
+//! - [`create`]: create, open and replace (the only paths that spawn);
+//! - [`attach`]: attachments (a guard per subscriber) and the fenced per-PTY operations;
+//! - [`end`]: a PTY's exit, kills and ends with their outcome, daemon shutdown;
+//! - [`lifecycle`]: facts for the policy, timers, policy ends, `Inspect` rows.
+//!
+//! Locking (rule F, no global lock on the hot paths):
+//! - `ptys`, a sharded concurrent map (dashmap) from PTY id to running PTY: the keystroke,
+//!   resize and output paths look PTYs up there and never wait on the book. Its guards are never
+//!   held across `.await` or while taking another lock.
+//! - `book`, one `std` mutex over the lease table, held only for short in-memory sections.
+//! - `journal`, the journal's mutex. Every change that is journaled takes it *first* and holds
+//!   it across its book section and its append, so records land in the order of the changes,
+//!   while the book lock is never held across journal IO (lock order: journal → book → a PTY's
+//!   own locks). Attach, detach and listing never touch the journal.
+//!
+//! Spawning happens outside every lock, serialized per pane by an async gate so two creates of
+//! one pane cannot both spawn (rule D) while creates of other panes proceed (rule F).
+
+mod attach;
+mod create;
+mod end;
+mod lifecycle;
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use dashmap::DashMap;
+use relay_protocol::message::{Forgot, Status};
+use relay_protocol::{Incarnation, LeaseInfo, PaneKey, PtyId};
+
+pub use attach::Attachment;
+
+use crate::config::Config;
+use crate::journal::{self, Journal, LoadReport, Record};
+use crate::lease::LeaseTable;
+use crate::lifecycle::Timers;
+use crate::pty::Pty;
+use crate::{now_ms, orphan};
+
+/// Handle to the daemon's state; clones share it.
+#[derive(Clone)]
+pub struct State {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    incarnation: Incarnation,
+    started_ms: u64,
+    started: Instant,
+    book: Mutex<LeaseTable>,
+    ptys: DashMap<PtyId, Arc<Pty>>,
+    journal: Mutex<Journal>,
+    gates: Mutex<HashMap<PaneKey, Arc<tokio::sync::Mutex<()>>>>,
+    timers: Timers,
+    connections: AtomicU32,
+    /// Set by [`State::shutdown`]: PTYs ending now end because the daemon stops.
+    stopping: AtomicBool,
+}
+
+/// Counts a connection while it lives (for `Status`).
+pub struct ConnectionGuard(State);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.inner.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl State {
+    /// A new incarnation whose table is loaded from (and compacts) the journal at `journal`.
+    /// Processes of earlier incarnations' leases that are still running (their daemon was killed)
+    /// are ended first, with whatever is left in their sessions (see [`crate::orphan`]); then
+    /// those leases are ended as `AgentRestarted` (or with the reason of an end that was
+    /// requested before the restart). Blocks for up to about the kill grace + 1 s when such a
+    /// process ignores SIGHUP.
+    ///
+    /// # Errors
+    /// IO errors of the journal, naming its path and the fix. Unreadable lines are not errors.
+    pub fn open(config: Config, journal: &std::path::Path) -> io::Result<(State, LoadReport)> {
+        let loaded = journal::load(journal)?;
+        // A new random incarnation; re-rolled in the (unlikely) case the journal knows it.
+        let known = loaded.incarnations();
+        let incarnation = loop {
+            let candidate = Incarnation(rand::random());
+            if !known.contains(&candidate) {
+                break candidate;
+            }
+        };
+        let mut table = LeaseTable::new(incarnation, config.max_ended);
+        let mut report = loaded.apply(&mut table);
+        let orphans: Vec<orphan::Process> = table
+            .stale()
+            .filter_map(|l| {
+                Some(orphan::Process {
+                    pty: l.binding.pty,
+                    pid: l.pid?,
+                    start_ticks: l.start_ticks?,
+                })
+            })
+            .collect();
+        orphan::end_orphans(&orphans, config.kill_grace);
+        report.restarted = table.end_previous_incarnations(now_ms());
+        let journal = Journal::start(journal, &table)?;
+        let state = State {
+            inner: Arc::new(Inner {
+                config,
+                incarnation,
+                started_ms: now_ms(),
+                started: Instant::now(),
+                book: Mutex::new(table),
+                ptys: DashMap::new(),
+                journal: Mutex::new(journal),
+                gates: Mutex::new(HashMap::new()),
+                timers: Timers::new(),
+                connections: AtomicU32::new(0),
+                stopping: AtomicBool::new(false),
+            }),
+        };
+        Ok((state, report))
+    }
+
+    /// This daemon start's incarnation.
+    pub fn incarnation(&self) -> Incarnation {
+        self.inner.incarnation
+    }
+
+    /// Settings.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Registers a connection until the guard drops.
+    pub fn connection(&self) -> ConnectionGuard {
+        self.inner.connections.fetch_add(1, Ordering::Relaxed);
+        ConnectionGuard(self.clone())
+    }
+
+    fn book(&self) -> MutexGuard<'_, LeaseTable> {
+        self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn journal(&self) -> MutexGuard<'_, Journal> {
+        self.inner.journal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The running PTY `pty` (live or superseded), from the concurrent map.
+    fn pty(&self, pty: &PtyId) -> Option<Arc<Pty>> {
+        self.inner.ptys.get(pty).map(|p| Arc::clone(p.value()))
+    }
+
+    /// Appends a record whose loss only costs detail after a restart; a failure is logged.
+    fn append_or_log(journal: &mut Journal, rec: &Record) {
+        if let Err(e) = journal.append(rec) {
+            tracing::error!("could not record a lease event in the journal: {e}");
+        }
+    }
+
+    /// Rewrites the journal from the table when enough was appended. Takes the book briefly to
+    /// copy the records; the write happens outside it.
+    fn compact_if_needed(&self, journal: &mut Journal) {
+        if journal.needs_compaction() {
+            let records = journal::records_of(&self.book());
+            if let Err(e) = journal.compact(&records) {
+                tracing::error!("could not compact the lease journal: {e}");
+            }
+        }
+    }
+
+    /// Every lease, live figures filled in, sorted by pane key then PTY id.
+    pub fn leases(&self) -> Vec<LeaseInfo> {
+        let book = self.book();
+        let mut out: Vec<LeaseInfo> = book
+            .leases()
+            .map(|l| {
+                let mut info = l.info();
+                if let Some(pty) = self.pty(&l.binding.pty) {
+                    info.bytes_out = pty.end_offset();
+                    info.last_output_ms = pty.last_output_ms();
+                    info.size = pty.size();
+                }
+                info
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.binding.pane, a.binding.pty).cmp(&(&b.binding.pane, b.binding.pty)));
+        out
+    }
+
+    /// `Forget`: prunes ended leases (`ptys`, or all ended ones when empty), journaled. A binding
+    /// of a forgotten lease then reads as ended with reason `Forgotten`.
+    pub fn forget(&self, ptys: &[PtyId]) -> Forgot {
+        let mut journal = self.journal();
+        let (forgotten, not_ended, unknown) = {
+            let mut book = self.book();
+            let forgotten = book.forget(ptys);
+            let (mut not_ended, mut unknown) = (Vec::new(), Vec::new());
+            for p in ptys.iter().filter(|p| !forgotten.contains(p)) {
+                match book.get(p) {
+                    Some(_) => not_ended.push(*p),
+                    None => unknown.push(*p),
+                }
+            }
+            (forgotten, not_ended, unknown)
+        };
+        if !forgotten.is_empty() {
+            Self::append_or_log(
+                &mut journal,
+                &Record::Forget {
+                    ptys: forgotten.clone(),
+                },
+            );
+        }
+        tracing::info!(count = forgotten.len(), "forgot ended leases");
+        Forgot {
+            forgotten: forgotten.len() as u32,
+            not_ended,
+            unknown,
+        }
+    }
+
+    /// The `Status` reply.
+    pub fn status(&self) -> Status {
+        Status {
+            agent_version: self.inner.config.advertise_version.clone(),
+            incarnation: self.inner.incarnation,
+            pid: std::process::id(),
+            started_ms: self.inner.started_ms,
+            uptime_ms: self.inner.started.elapsed().as_millis() as u64,
+            leases: self.book().counts(),
+            connections: self.inner.connections.load(Ordering::Relaxed),
+        }
+    }
+}
