@@ -269,9 +269,9 @@ impl LeaseTable {
     pub fn check_binding(&self, binding: &Binding) -> Result<&Lease, ErrorReply> {
         let pane = &binding.pane;
         let Some(leases) = self.panes.get(pane) else {
-            return Err(self.forgotten(pane, binding.pty).unwrap_or_else(|| ErrorReply::NotFound {
-                pane: pane.clone(),
-            }));
+            return Err(self
+                .forgotten(pane, binding.pty)
+                .unwrap_or_else(|| ErrorReply::NotFound { pane: pane.clone() }));
         };
         let live = self.live(pane);
         if let Some(live) = live.filter(|l| l.binding.pty == binding.pty) {

@@ -230,8 +230,14 @@ fn state_transitions() {
             reason: EndReason::Killed
         }
     );
-    assert_eq!(t.get(&a).unwrap().detail.as_deref(), Some("killed by operator"));
-    assert!(!t.mark_ending(&a, EndReason::Killed, "again".into()), "ended");
+    assert_eq!(
+        t.get(&a).unwrap().detail.as_deref(),
+        Some("killed by operator")
+    );
+    assert!(
+        !t.mark_ending(&a, EndReason::Killed, "again".into()),
+        "ended"
+    );
     // A second end keeps the first record; attach to an ended lease does nothing.
     t.end(&a, None, EndReason::AgentRestarted, 30);
     assert_eq!(t.get(&a).unwrap().info().reason, Some(EndReason::Killed));
@@ -344,28 +350,54 @@ fn removed_lease_leaves_no_trace() {
 fn an_evicted_or_forgotten_lease_reads_as_forgotten() {
     let mut t = LeaseTable::new(Incarnation(9), 1);
     let old = t.mint();
-    t.insert(Lease::live(binding("a", old), None, vec![], 0)).unwrap();
+    t.insert(Lease::live(binding("a", old), None, vec![], 0))
+        .unwrap();
     t.end(&old, None, EndReason::Exited, 1);
     let newer = t.mint();
-    t.insert(Lease::live(binding("b", newer), None, vec![], 0)).unwrap();
+    t.insert(Lease::live(binding("b", newer), None, vec![], 0))
+        .unwrap();
     t.end(&newer, None, EndReason::Exited, 2); // evicts `old` (history of 1)
     let forgotten = |r: Result<&Lease, ErrorReply>| {
-        matches!(r, Err(ErrorReply::Ended { reason: EndReason::Forgotten, exit: None, .. }))
+        matches!(
+            r,
+            Err(ErrorReply::Ended {
+                reason: EndReason::Forgotten,
+                exit: None,
+                ..
+            })
+        )
     };
     assert!(forgotten(t.check_attach(&pane("a"), Some(old))));
     assert!(forgotten(t.check_binding(&binding("a", old))));
     // Without an expected PTY there is nothing to say about the pane: NotFound as before.
-    assert!(matches!(t.check_attach(&pane("a"), None), Err(ErrorReply::NotFound { .. })));
+    assert!(matches!(
+        t.check_attach(&pane("a"), None),
+        Err(ErrorReply::NotFound { .. })
+    ));
     // Never minted here: not forgotten.
-    let never = PtyId { incarnation: Incarnation(9), counter: 99 };
-    assert!(matches!(t.check_binding(&binding("a", never)), Err(ErrorReply::NotFound { .. })));
+    let never = PtyId {
+        incarnation: Incarnation(9),
+        counter: 99,
+    };
+    assert!(matches!(
+        t.check_binding(&binding("a", never)),
+        Err(ErrorReply::NotFound { .. })
+    ));
     // Another incarnation's PTY cannot be running under this one.
-    let earlier = PtyId { incarnation: Incarnation(8), counter: 1 };
+    let earlier = PtyId {
+        incarnation: Incarnation(8),
+        counter: 1,
+    };
     assert!(forgotten(t.check_binding(&binding("a", earlier))));
     // Forget prunes ended leases only.
     let live = t.mint();
-    t.insert(Lease::live(binding("c", live), None, vec![], 3)).unwrap();
-    assert_eq!(t.forget(&[live]), Vec::<PtyId>::new(), "live is never forgotten");
+    t.insert(Lease::live(binding("c", live), None, vec![], 3))
+        .unwrap();
+    assert_eq!(
+        t.forget(&[live]),
+        Vec::<PtyId>::new(),
+        "live is never forgotten"
+    );
     assert_eq!(t.forget(&[]), vec![newer]);
     assert!(forgotten(t.check_binding(&binding("b", newer))));
     assert!(t.check_binding(&binding("c", live)).is_ok());
@@ -376,15 +408,20 @@ fn an_evicted_or_forgotten_lease_reads_as_forgotten() {
 fn a_superseded_lease_is_a_target_but_not_bound() {
     let mut t = LeaseTable::new(Incarnation(9), 10);
     let old = t.mint();
-    t.insert(Lease::live(binding("a", old), None, vec![], 0)).unwrap();
+    t.insert(Lease::live(binding("a", old), None, vec![], 0))
+        .unwrap();
     assert!(t.supersede(&old, 5));
     let new = t.mint();
-    t.insert(Lease::live(binding("a", new), None, vec![], 5)).unwrap();
+    t.insert(Lease::live(binding("a", new), None, vec![], 5))
+        .unwrap();
     assert_eq!(t.get(&old).unwrap().state(), LeaseState::Superseded);
     assert!(t.check_target(&binding("a", old)).is_ok());
     assert!(matches!(
         t.check_binding(&binding("a", old)),
         Err(ErrorReply::Mismatch { current: Some(c), .. }) if c == new
     ));
-    assert!(t.check_target(&binding("b", old)).is_err(), "another pane's key");
+    assert!(
+        t.check_target(&binding("b", old)).is_err(),
+        "another pane's key"
+    );
 }

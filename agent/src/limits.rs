@@ -136,26 +136,34 @@ fn reply_size(reply: Response) -> usize {
 /// Keeps live leases before ended ones, then newer (by `since_ms`) before older, and returns the
 /// kept ones in their original order with the number left out.
 pub fn fit_leases(leases: Vec<LeaseInfo>, max_frame: u32) -> (Vec<LeaseInfo>, usize) {
-    fit(leases, max_frame, |l| l, |leases| {
-        reply_size(Response::Leases(Leases { leases }))
-    })
+    fit(
+        leases,
+        max_frame,
+        |l| l,
+        |leases| reply_size(Response::Leases(Leases { leases })),
+    )
 }
 
 /// As [`fit_leases`] for the rows of an `Inspected` reply.
 pub fn fit_rows(rows: Vec<LeaseRow>, max_frame: u32) -> (Vec<LeaseRow>, usize) {
-    fit(rows, max_frame, |r| &r.info, |leases| {
-        // The largest values of the fixed fields, so the real reply is never larger.
-        reply_size(Response::Inspected(Inspected {
-            policy: PolicyInfo {
-                unused_grace_ms: Some(u64::MAX),
-                idle_expiry_ms: Some(u64::MAX),
-                suggest_after_ms: u64::MAX,
-            },
-            rss_bytes: u64::MAX,
-            leases,
-            left_out: u32::MAX,
-        }))
-    })
+    fit(
+        rows,
+        max_frame,
+        |r| &r.info,
+        |leases| {
+            // The largest values of the fixed fields, so the real reply is never larger.
+            reply_size(Response::Inspected(Inspected {
+                policy: PolicyInfo {
+                    unused_grace_ms: Some(u64::MAX),
+                    idle_expiry_ms: Some(u64::MAX),
+                    suggest_after_ms: u64::MAX,
+                },
+                rss_bytes: u64::MAX,
+                leases,
+                left_out: u32::MAX,
+            }))
+        },
+    )
 }
 
 fn fit<T: Clone>(

@@ -62,7 +62,10 @@ pub fn children(pid: u32) -> io::Result<Vec<u32>> {
     for task in fs::read_dir(format!("/proc/{pid}/task"))? {
         let path = task?.path().join("children");
         match fs::read_to_string(&path) {
-            Ok(text) => out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok())),
+            Ok(text) => out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            ),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(processes()?
                     .filter(|(_, st)| st.ppid == pid && !st.is_gone())

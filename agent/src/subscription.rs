@@ -25,10 +25,10 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::credit::Credit;
-use crate::state::Attachment;
 use crate::pty::Pty;
 use crate::ring::ReadFrom;
 use crate::screen::TakenSnapshot;
+use crate::state::Attachment;
 
 /// Where a subscription starts.
 #[derive(Debug)]

@@ -349,8 +349,12 @@ pub fn decide(facts: &Facts, suggest_after: Duration, now_ms: u64) -> Verdict {
     let detached_for = now_ms.saturating_sub(facts.since_ms);
     let timed = match facts.policy {
         None => None,
-        Some(p) if facts.superseded => p.unused_grace_ms.map(|g| (facts.since_ms + g, Rule::Superseded(g))),
-        Some(p) if !facts.used => p.unused_grace_ms.map(|g| (facts.since_ms + g, Rule::Unused(g))),
+        Some(p) if facts.superseded => p
+            .unused_grace_ms
+            .map(|g| (facts.since_ms + g, Rule::Superseded(g))),
+        Some(p) if !facts.used => p
+            .unused_grace_ms
+            .map(|g| (facts.since_ms + g, Rule::Unused(g))),
         Some(p) => p.idle_expiry_ms.map(|e| (idle_since + e, Rule::Idle(e))),
     };
     if let Some((at_ms, rule)) = timed {

@@ -40,31 +40,201 @@ fn the_policy_table() {
     let end_unused = Verdict::End(unused);
     type Case = (&'static str, fn(&mut Facts), u64, Verdict);
     let cases: Vec<Case> = vec![
-        ("unused, before the grace", |_| {}, 9 * MIN, Verdict::Wait { at_ms: T0 + 10 * MIN, rule: unused }),
+        (
+            "unused, before the grace",
+            |_| {},
+            9 * MIN,
+            Verdict::Wait {
+                at_ms: T0 + 10 * MIN,
+                rule: unused,
+            },
+        ),
         ("unused, at the grace", |_| {}, 10 * MIN, end_unused),
         ("unused, long past the grace", |_| {}, 3 * DAY, end_unused),
-        ("attached", |f| f.attached = 1, DAY, Verdict::Keep(Keep::Attached)),
-        ("ended", |f| f.running = false, DAY, Verdict::Keep(Keep::Ended)),
-        ("protected", |f| f.protected = true, DAY, Verdict::Keep(Keep::Protected)),
-        ("has a child (sleep 3600)", |f| f.children = Children::Count(1), 11 * MIN, Verdict::Busy(Keep::HasChildren, unused)),
-        ("children unreadable", |f| f.children = Children::Unreadable, 11 * MIN, Verdict::Busy(Keep::ChildrenUnknown, unused)),
-        ("full-screen program", |f| f.alternate_screen = Some(true), 11 * MIN, Verdict::Busy(Keep::FullScreen, unused)),
-        ("screen unknown (model off)", |f| f.alternate_screen = None, 11 * MIN, Verdict::Busy(Keep::ScreenUnknown, unused)),
-        ("children not read: only a deadline", |f| f.children = Children::NotRead, 11 * MIN, Verdict::Wait { at_ms: T0 + 10 * MIN, rule: unused }),
-        ("no policy (older connector)", |f| f.policy = None, 11 * MIN, Verdict::Keep(Keep::NoPolicy)),
-        ("no policy, detached a day: suggested only", |f| f.policy = None, DAY, Verdict::Suggest(SuggestWhy::Unused(DAY))),
-        ("grace off", |f| f.policy = Some(LeasePolicy::default()), DAY - 1, Verdict::Keep(Keep::GraceOff)),
-        ("used (a read waits): kept", |f| { f.used = true; f.last_input_ms = Some(T0) }, 11 * MIN, Verdict::Keep(Keep::Used)),
-        ("used, idle a day: suggested", |f| { f.used = true; f.last_input_ms = Some(T0) }, DAY, Verdict::Suggest(SuggestWhy::Idle(DAY))),
-        ("used, idle a day, with a child: kept", |f| { f.used = true; f.children = Children::Count(2) }, 2 * DAY, Verdict::Keep(Keep::HasChildren)),
-        ("used, output an hour ago: not idle a day", |f| { f.used = true; f.last_output_ms = Some(T0 + DAY) }, DAY + HOUR, Verdict::Keep(Keep::Used)),
-        ("idle expiry on, before it", |f| { f.used = true; f.policy = Some(LeasePolicy { unused_grace_ms: None, idle_expiry_ms: Some(DAY) }) }, DAY - 1, Verdict::Wait { at_ms: T0 + DAY, rule: Rule::Idle(DAY) }),
-        ("idle expiry on, past it", |f| { f.used = true; f.policy = Some(LeasePolicy { unused_grace_ms: None, idle_expiry_ms: Some(DAY) }) }, DAY, Verdict::End(Rule::Idle(DAY))),
-        ("idle expiry counts from the last output", |f| { f.used = true; f.last_output_ms = Some(T0 + HOUR); f.policy = Some(LeasePolicy { unused_grace_ms: None, idle_expiry_ms: Some(DAY) }) }, DAY, Verdict::Wait { at_ms: T0 + HOUR + DAY, rule: Rule::Idle(DAY) }),
-        ("superseded, past the grace", |f| { f.superseded = true; f.used = true }, 10 * MIN, Verdict::End(Rule::Superseded(10 * MIN))),
-        ("superseded, no policy: suggested", |f| { f.superseded = true; f.policy = None }, MIN, Verdict::Suggest(SuggestWhy::Superseded)),
-        ("superseded with children: kept", |f| { f.superseded = true; f.children = Children::Count(1) }, 10 * MIN, Verdict::Busy(Keep::HasChildren, Rule::Superseded(10 * MIN))),
-        ("superseded but protected", |f| { f.superseded = true; f.protected = true }, DAY, Verdict::Keep(Keep::Protected)),
+        (
+            "attached",
+            |f| f.attached = 1,
+            DAY,
+            Verdict::Keep(Keep::Attached),
+        ),
+        (
+            "ended",
+            |f| f.running = false,
+            DAY,
+            Verdict::Keep(Keep::Ended),
+        ),
+        (
+            "protected",
+            |f| f.protected = true,
+            DAY,
+            Verdict::Keep(Keep::Protected),
+        ),
+        (
+            "has a child (sleep 3600)",
+            |f| f.children = Children::Count(1),
+            11 * MIN,
+            Verdict::Busy(Keep::HasChildren, unused),
+        ),
+        (
+            "children unreadable",
+            |f| f.children = Children::Unreadable,
+            11 * MIN,
+            Verdict::Busy(Keep::ChildrenUnknown, unused),
+        ),
+        (
+            "full-screen program",
+            |f| f.alternate_screen = Some(true),
+            11 * MIN,
+            Verdict::Busy(Keep::FullScreen, unused),
+        ),
+        (
+            "screen unknown (model off)",
+            |f| f.alternate_screen = None,
+            11 * MIN,
+            Verdict::Busy(Keep::ScreenUnknown, unused),
+        ),
+        (
+            "children not read: only a deadline",
+            |f| f.children = Children::NotRead,
+            11 * MIN,
+            Verdict::Wait {
+                at_ms: T0 + 10 * MIN,
+                rule: unused,
+            },
+        ),
+        (
+            "no policy (older connector)",
+            |f| f.policy = None,
+            11 * MIN,
+            Verdict::Keep(Keep::NoPolicy),
+        ),
+        (
+            "no policy, detached a day: suggested only",
+            |f| f.policy = None,
+            DAY,
+            Verdict::Suggest(SuggestWhy::Unused(DAY)),
+        ),
+        (
+            "grace off",
+            |f| f.policy = Some(LeasePolicy::default()),
+            DAY - 1,
+            Verdict::Keep(Keep::GraceOff),
+        ),
+        (
+            "used (a read waits): kept",
+            |f| {
+                f.used = true;
+                f.last_input_ms = Some(T0)
+            },
+            11 * MIN,
+            Verdict::Keep(Keep::Used),
+        ),
+        (
+            "used, idle a day: suggested",
+            |f| {
+                f.used = true;
+                f.last_input_ms = Some(T0)
+            },
+            DAY,
+            Verdict::Suggest(SuggestWhy::Idle(DAY)),
+        ),
+        (
+            "used, idle a day, with a child: kept",
+            |f| {
+                f.used = true;
+                f.children = Children::Count(2)
+            },
+            2 * DAY,
+            Verdict::Keep(Keep::HasChildren),
+        ),
+        (
+            "used, output an hour ago: not idle a day",
+            |f| {
+                f.used = true;
+                f.last_output_ms = Some(T0 + DAY)
+            },
+            DAY + HOUR,
+            Verdict::Keep(Keep::Used),
+        ),
+        (
+            "idle expiry on, before it",
+            |f| {
+                f.used = true;
+                f.policy = Some(LeasePolicy {
+                    unused_grace_ms: None,
+                    idle_expiry_ms: Some(DAY),
+                })
+            },
+            DAY - 1,
+            Verdict::Wait {
+                at_ms: T0 + DAY,
+                rule: Rule::Idle(DAY),
+            },
+        ),
+        (
+            "idle expiry on, past it",
+            |f| {
+                f.used = true;
+                f.policy = Some(LeasePolicy {
+                    unused_grace_ms: None,
+                    idle_expiry_ms: Some(DAY),
+                })
+            },
+            DAY,
+            Verdict::End(Rule::Idle(DAY)),
+        ),
+        (
+            "idle expiry counts from the last output",
+            |f| {
+                f.used = true;
+                f.last_output_ms = Some(T0 + HOUR);
+                f.policy = Some(LeasePolicy {
+                    unused_grace_ms: None,
+                    idle_expiry_ms: Some(DAY),
+                })
+            },
+            DAY,
+            Verdict::Wait {
+                at_ms: T0 + HOUR + DAY,
+                rule: Rule::Idle(DAY),
+            },
+        ),
+        (
+            "superseded, past the grace",
+            |f| {
+                f.superseded = true;
+                f.used = true
+            },
+            10 * MIN,
+            Verdict::End(Rule::Superseded(10 * MIN)),
+        ),
+        (
+            "superseded, no policy: suggested",
+            |f| {
+                f.superseded = true;
+                f.policy = None
+            },
+            MIN,
+            Verdict::Suggest(SuggestWhy::Superseded),
+        ),
+        (
+            "superseded with children: kept",
+            |f| {
+                f.superseded = true;
+                f.children = Children::Count(1)
+            },
+            10 * MIN,
+            Verdict::Busy(Keep::HasChildren, Rule::Superseded(10 * MIN)),
+        ),
+        (
+            "superseded but protected",
+            |f| {
+                f.superseded = true;
+                f.protected = true
+            },
+            DAY,
+            Verdict::Keep(Keep::Protected),
+        ),
     ];
     for (name, change, after, want) in cases {
         let mut f = idle_shell();
@@ -77,7 +247,10 @@ fn the_policy_table() {
 fn a_clock_before_the_detach_never_ends() {
     // A wall clock stepped back must not make a shell look detached for longer.
     let f = idle_shell();
-    assert!(matches!(decide(&f, DEFAULT_SUGGEST_AFTER, T0 - HOUR), Verdict::Wait { .. }));
+    assert!(matches!(
+        decide(&f, DEFAULT_SUGGEST_AFTER, T0 - HOUR),
+        Verdict::Wait { .. }
+    ));
 }
 
 #[test]
@@ -85,11 +258,41 @@ fn stated_policies_resolve_against_the_host() {
     let host = HostPolicy::default();
     let ten = Some(10 * MIN);
     let cases: Vec<(&str, LeasePolicy)> = vec![
-        ("", LeasePolicy { unused_grace_ms: ten, idle_expiry_ms: None }),
-        ("unused=default;idle=default", LeasePolicy { unused_grace_ms: ten, idle_expiry_ms: None }),
-        ("unused=off", LeasePolicy { unused_grace_ms: None, idle_expiry_ms: None }),
-        (" unused = 90s ; idle = 7d ;", LeasePolicy { unused_grace_ms: Some(90_000), idle_expiry_ms: Some(7 * DAY) }),
-        ("idle=1h", LeasePolicy { unused_grace_ms: ten, idle_expiry_ms: Some(HOUR) }),
+        (
+            "",
+            LeasePolicy {
+                unused_grace_ms: ten,
+                idle_expiry_ms: None,
+            },
+        ),
+        (
+            "unused=default;idle=default",
+            LeasePolicy {
+                unused_grace_ms: ten,
+                idle_expiry_ms: None,
+            },
+        ),
+        (
+            "unused=off",
+            LeasePolicy {
+                unused_grace_ms: None,
+                idle_expiry_ms: None,
+            },
+        ),
+        (
+            " unused = 90s ; idle = 7d ;",
+            LeasePolicy {
+                unused_grace_ms: Some(90_000),
+                idle_expiry_ms: Some(7 * DAY),
+            },
+        ),
+        (
+            "idle=1h",
+            LeasePolicy {
+                unused_grace_ms: ten,
+                idle_expiry_ms: Some(HOUR),
+            },
+        ),
     ];
     for (spec, want) in cases {
         assert_eq!(resolve_spec(spec, &host), Ok(want), "{spec:?}");
@@ -130,6 +333,9 @@ fn settings_and_durations_read_like_people_write_them() {
     ] {
         assert_eq!(human_ms(ms), text);
     }
-    let p = LeasePolicy { unused_grace_ms: Some(10 * MIN), idle_expiry_ms: None };
+    let p = LeasePolicy {
+        unused_grace_ms: Some(10 * MIN),
+        idle_expiry_ms: None,
+    };
     assert_eq!(p.to_string(), "unused=10m;idle=off");
 }

@@ -45,7 +45,8 @@ impl Owner for Fake {
     fn end_by_policy(&self, pty: &PtyId, rule: Rule, seen: &Facts) -> bool {
         let mut all = self.inner.facts.lock().unwrap();
         let now = all.get_mut(pty).unwrap();
-        if now.attached != seen.attached || now.used != seen.used || now.protected != seen.protected {
+        if now.attached != seen.attached || now.used != seen.used || now.protected != seen.protected
+        {
             return false;
         }
         now.running = false;
@@ -53,7 +54,12 @@ impl Owner for Fake {
         true
     }
     fn now_ms(&self) -> u64 {
-        let start = *self.inner.start.lock().unwrap().get_or_insert_with(tokio::time::Instant::now);
+        let start = *self
+            .inner
+            .start
+            .lock()
+            .unwrap()
+            .get_or_insert_with(tokio::time::Instant::now);
         start.elapsed().as_millis() as u64
     }
     fn suggest_after(&self) -> Duration {
@@ -65,7 +71,10 @@ impl Owner for Fake {
 }
 
 fn pty(n: u64) -> PtyId {
-    PtyId { incarnation: Incarnation(1), counter: n }
+    PtyId {
+        incarnation: Incarnation(1),
+        counter: n,
+    }
 }
 
 /// A detached, never used shell detached at `since_ms` under a 10-minute grace.
@@ -81,7 +90,10 @@ fn detached(owner: &Fake, id: PtyId, since_ms: u64) {
         protected: false,
         alternate_screen: Some(false),
         children: Children::Count(0),
-        policy: Some(LeasePolicy { unused_grace_ms: Some(GRACE), idle_expiry_ms: None }),
+        policy: Some(LeasePolicy {
+            unused_grace_ms: Some(GRACE),
+            idle_expiry_ms: None,
+        }),
     };
     owner.inner.facts.lock().unwrap().insert(id, facts);
 }
@@ -123,7 +135,9 @@ async fn time_alone_never_ends_a_shell_whose_facts_changed() {
         }),
         ("protected", |f| f.protected = true),
         ("started a child", |f| f.children = Children::Count(1)),
-        ("opened a full-screen program", |f| f.alternate_screen = Some(true)),
+        ("opened a full-screen program", |f| {
+            f.alternate_screen = Some(true)
+        }),
     ];
     for (name, change) in changes {
         let owner = Fake::default();

@@ -70,7 +70,8 @@ impl State {
         let now_detached = {
             let mut book = self.book();
             book.detach(pty, now_ms());
-            book.get(pty).is_some_and(|l| l.state() == LeaseState::Detached)
+            book.get(pty)
+                .is_some_and(|l| l.state() == LeaseState::Detached)
         };
         if now_detached {
             self.arm(*pty);

@@ -130,7 +130,9 @@ impl State {
                     if let Some(live) = book.live(&pane) {
                         let binding = live.binding.clone();
                         let attachment = match mode {
-                            Mode::Open => Some(self.attach_in(&mut book, &pane, Some(binding.pty))?),
+                            Mode::Open => {
+                                Some(self.attach_in(&mut book, &pane, Some(binding.pty))?)
+                            }
                             _ => None,
                         };
                         let created = Created {
@@ -145,7 +147,10 @@ impl State {
         };
         let binding = Binding { pane, pty: pty_id };
         let explicit_command = !spec.command.is_empty();
-        let (ring, scrollback) = (self.inner.config.replay_bytes, self.inner.config.scrollback_lines);
+        let (ring, scrollback) = (
+            self.inner.config.replay_bytes,
+            self.inner.config.scrollback_lines,
+        );
         let b = binding.clone();
         let spawned = tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring, scrollback))
             .await

@@ -18,8 +18,8 @@ use super::State;
 use crate::journal::Record;
 use crate::lease::Lease;
 use crate::now_ms;
-use crate::pty::Pty;
 use crate::pty::kill::KillOutcome;
+use crate::pty::Pty;
 
 /// Beyond the kill grace, how long an end may take to be confirmed (SIGKILL, reaping, the
 /// session sweep) before it is reported unverified.
@@ -83,9 +83,12 @@ impl State {
     /// (nothing was signalled then).
     pub fn kill(&self, req: Kill) -> Result<(), ErrorReply> {
         self.book().check_target(&req.binding)?;
-        let begun = self.begin_end(&req.binding, EndReason::Killed, "killed by operator", |_| {
-            Ok(())
-        });
+        let begun = self.begin_end(
+            &req.binding,
+            EndReason::Killed,
+            "killed by operator",
+            |_| Ok(()),
+        );
         match begun {
             Ok(Some(ending)) => {
                 let state = self.clone();
@@ -129,16 +132,18 @@ impl State {
             EndWhen::Always => {
                 self.begin_end(binding, EndReason::Killed, "killed by operator", |_| Ok(()))
             }
-            EndWhen::Unprotected => self.begin_end(binding, EndReason::Killed, "killed by operator", |l| {
-                if l.protected {
-                    Err(EndOutcome::Refused {
+            EndWhen::Unprotected => {
+                self.begin_end(binding, EndReason::Killed, "killed by operator", |l| {
+                    if l.protected {
+                        Err(EndOutcome::Refused {
                         why: "protected; end it by its id (relayctl kill ID) or unprotect it first"
                             .into(),
                     })
-                } else {
-                    Ok(())
-                }
-            }),
+                    } else {
+                        Ok(())
+                    }
+                })
+            }
             EndWhen::Eligible => self.begin_eligible_end(binding),
         }
     }
@@ -174,7 +179,10 @@ impl State {
                 .and_then(check);
             checked.map(|()| {
                 let pty = self.pty(&pty_id);
-                match pty.as_ref().and_then(|p| p.kill(self.inner.config.kill_grace)) {
+                match pty
+                    .as_ref()
+                    .and_then(|p| p.kill(self.inner.config.kill_grace))
+                {
                     Some(outcome) => {
                         book.mark_ending(&pty_id, reason.clone(), detail.to_string());
                         Some((pty.expect("signalled"), outcome))

@@ -81,7 +81,10 @@ impl State {
 
     /// `End{when: Eligible}` for one target: re-verifies the policy now (children included) and
     /// ends it only if it is eligible and nothing changed in between.
-    pub(super) fn begin_eligible_end(&self, binding: &Binding) -> Result<Option<Ending>, EndOutcome> {
+    pub(super) fn begin_eligible_end(
+        &self,
+        binding: &Binding,
+    ) -> Result<Option<Ending>, EndOutcome> {
         self.book().check_target(binding).map_err(gone_or_refused)?;
         let gone = EndOutcome::AlreadyGone { reason: None };
         let Some((facts, _)) = self.facts_of(&binding.pty, true) else {

@@ -5,6 +5,7 @@
 mod support;
 
 mod bridge;
+mod ending;
 mod flow;
 mod input_seq;
 mod lifecycle;
@@ -13,5 +14,6 @@ mod malformed;
 mod open;
 mod output;
 mod peer;
+mod policy;
 mod restart;
 mod rules;

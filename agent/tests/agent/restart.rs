@@ -15,7 +15,7 @@ use relay_protocol::{EndReason, ErrorReply, LeaseState, Request, Response};
 
 use crate::support::{alive, pane, pids_with, spec, wait_until, Home, WAIT};
 
-fn signal_and_wait(pid: u32, sig: Signal) {
+pub(crate) fn signal_and_wait(pid: u32, sig: Signal) {
     kill(Pid::from_raw(pid as i32), sig).unwrap();
     assert!(
         wait_until(WAIT, || !alive(pid)),
@@ -23,7 +23,7 @@ fn signal_and_wait(pid: u32, sig: Signal) {
     );
 }
 
-fn journal(home: &Home) -> PathBuf {
+pub(crate) fn journal(home: &Home) -> PathBuf {
     home.path().join("state/leases.journal")
 }
 
@@ -56,11 +56,11 @@ fn torn_utf8_journal_line_does_not_stop_the_daemon() {
 }
 
 /// A tmpfs mounted for one test, lazily unmounted when dropped.
-struct Tmpfs(PathBuf);
+pub(crate) struct Tmpfs(PathBuf);
 
 impl Tmpfs {
     /// Mounts a tmpfs of `size` at `at`; `None` when not root or mounting fails.
-    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+    pub(crate) fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
         if !nix::unistd::geteuid().is_root() {
             return None;
         }
