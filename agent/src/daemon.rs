@@ -163,7 +163,10 @@ async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> an
         replay_bytes = settings.replay_bytes,
         window = settings.window,
         scrollback_lines = ?settings.scrollback_lines,
-        "settings (scrollback_lines None: terminal model off)"
+        unused_grace = ?settings.policy.unused_grace,
+        idle_expiry = ?settings.policy.idle_expiry,
+        suggest_after = ?settings.policy.suggest_after,
+        "settings (scrollback_lines None: terminal model off; a None duration: off)"
     );
     let sock = paths.socket();
     match std::fs::remove_file(&sock) {

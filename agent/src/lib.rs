@@ -19,21 +19,25 @@
 //! - [`lease`]: lease table, PTY id minting, binding checks (rules B, C, D);
 //! - [`credit`]: per-subscription credit window;
 //! - [`input_seq`]: per-PTY last applied seq of each input writer (`InputSeq` written once);
+//! - [`lifecycle`]: the cleanup policy as one pure function of observed facts, and the per-lease
+//!   timers that only trigger its re-check;
 //! - [`screen`]: a terminal model per PTY (snapshots with scrollback and alternate screen, events);
 //! - [`limits`]: request size limits and fitting `ListLeases` into a frame.
 //!
 //! IO around it:
-//! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill;
+//! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill with a
+//!   sweep of the PTY's session; [`procfs`]: what the agent reads from `/proc`;
 //! - [`journal`]: the lease journal, replayed and compacted on start;
 //! - [`orphan`]: ending PTY processes that outlived a killed daemon, on the next start;
-//! - [`state`]: the shared daemon state handle (table + PTYs + journal);
+//! - [`state`]: the shared daemon state handle (lease book + PTYs + journal + timers);
 //! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
 //!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
 //!   their output forwarding tasks;
 //! - [`daemon`], [`bridge`], [`logging`], [`paths`], [`config`]: process plumbing.
 //!
 //! Architecture invariant: nothing that learns a connection is gone (EOF, error, timeout) ends a
-//! PTY or drops a lease; only `Kill`, the process's own exit or the daemon's shutdown do.
+//! PTY or drops a lease; only `Kill`/`End`, the lifecycle policy after re-verifying every
+//! condition, the process's own exit or the daemon's shutdown do.
 
 // Handlers return the wire type `ErrorReply` (≈128 bytes) as their error so that it reaches the
 // peer unchanged; it is only built on cold refusal paths, so boxing it would only add noise.

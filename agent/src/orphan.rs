@@ -5,7 +5,8 @@
 //! ever reattach it (its master is gone), so reporting its lease as ended with
 //! `AgentRestarted` would be a lie while it runs. The next daemon therefore ends such orphans
 //! before it records their leases as ended: SIGHUP to the process group, SIGKILL after the grace
-//! if still there.
+//! if still there, then SIGKILL to whatever is left in the shell's session (a job that ignores
+//! SIGHUP outlives its shell, whose pid still names the session).
 //!
 //! Identity: a pid alone may have been reused by now. The journal records each child's start time
 //! (field 22 of `/proc/<pid>/stat`, clock ticks since boot); a process counts as the orphan only

@@ -3,10 +3,10 @@
 //!
 //! Split by responsibility:
 //! - here: opening (journal replay, orphans), accessors, listing, status;
-//! - [`create`]: create, open and replace (the only paths that spawn);
-//! - [`attach`]: attachments (a guard per subscriber) and the fenced per-PTY operations;
-//! - [`end`]: a PTY's exit, kills and ends with their outcome, daemon shutdown;
-//! - [`lifecycle`]: facts for the policy, timers, policy ends, `Inspect` rows.
+//! - `create`: create, open and replace (the only paths that spawn);
+//! - `attach`: attachments (a guard per subscriber) and the fenced per-PTY operations;
+//! - `end`: a PTY's exit, kills and ends with their outcome, daemon shutdown;
+//! - `lifecycle`: facts for the policy, timers, policy ends, `Inspect` rows.
 //!
 //! Locking (rule F, no global lock on the hot paths):
 //! - `ptys`, a sharded concurrent map (dashmap) from PTY id to running PTY: the keystroke,
