@@ -9,9 +9,9 @@ use tracing::Instrument;
 use crate::session::Session;
 
 /// Handles one request with id `id`. Returns the reply to queue now, or `None` when there is
-/// none (`Ack`) or the reply is sent later: by a spawned task (`Create`, which may take a while
-/// and must not hold up this connection's other requests), or for `Open` by the read loop once
-/// its task finished ([`Session::finish_open`]).
+/// none (`Ack`) or the reply is sent later: by a spawned task (`Create`, `Replace`, `End`, which
+/// may take a while and must not hold up this connection's other requests), or for `Open` by the
+/// read loop once its task finished ([`Session::finish_open`]).
 pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Response> {
     let state = session.state().clone();
     let result: Result<Response, ErrorReply> = match req {
@@ -20,16 +20,11 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         }),
         Request::Ping(p) => Ok(Response::Pong(Pong { nonce: p.nonce })),
         Request::Create(c) => {
-            let out = session.out().clone();
             let policy = session.policy();
-            let task = async move {
-                let reply = state
-                    .create(c, policy)
-                    .await
-                    .map_or_else(Response::Error, Response::Created);
-                let _ = out.send(Message::Response(id, reply)).await;
-            };
-            tokio::spawn(task.in_current_span());
+            reply_later(session, id, async move {
+                let created = state.create(c, policy).await;
+                created.map_or_else(Response::Error, Response::Created)
+            });
             return None;
         }
         Request::Attach(a) => session.attach(a).map(Response::Attached),
@@ -61,25 +56,17 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         Request::SetPolicy(p) => session.set_policy(&p.spec).map(done),
         Request::Inspect(_) => Ok(Response::Inspected(state.inspect(session.max_frame()))),
         Request::End(e) => {
-            let out = session.out().clone();
-            let task = async move {
-                let reply = Response::EndReport(state.end(e).await);
-                let _ = out.send(Message::Response(id, reply)).await;
-            };
-            tokio::spawn(task.in_current_span());
+            reply_later(session, id, async move {
+                Response::EndReport(state.end(e).await)
+            });
             return None;
         }
         Request::Replace(r) => {
-            let out = session.out().clone();
             let policy = session.policy();
-            let task = async move {
-                let reply = state
-                    .replace(r, policy)
-                    .await
-                    .map_or_else(Response::Error, Response::Created);
-                let _ = out.send(Message::Response(id, reply)).await;
-            };
-            tokio::spawn(task.in_current_span());
+            reply_later(session, id, async move {
+                let created = state.replace(r, policy).await;
+                created.map_or_else(Response::Error, Response::Created)
+            });
             return None;
         }
         Request::Forget(f) => Ok(Response::Forgot(state.forget(&f.ptys))),
@@ -109,6 +96,20 @@ fn downgrade(reply: Response) -> Response {
         }),
         other => other,
     }
+}
+
+/// Answers request `id` from its own task: an op that may take a while (a spawn, an end waiting
+/// for its confirmation) must not hold up the connection's other requests.
+fn reply_later(
+    session: &Session,
+    id: u64,
+    reply: impl std::future::Future<Output = Response> + Send + 'static,
+) {
+    let out = session.out().clone();
+    let task = async move {
+        let _ = out.send(Message::Response(id, reply.await)).await;
+    };
+    tokio::spawn(task.in_current_span());
 }
 
 fn done(_: ()) -> Response {
