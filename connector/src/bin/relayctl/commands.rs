@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use relay_connector::Session;
+use relay_connector::{ConnectOptions, Session};
 
 use crate::common::destination::Destination;
 use relay_protocol::{Binding, Incarnation, PaneKey, PtyId};
@@ -14,8 +14,13 @@ use crate::{render, Cli, Command};
 pub async fn run(cli: &Cli) -> anyhow::Result<()> {
     let destination = Destination::from_args(false, cli.ssh.as_deref())?;
     let transport = destination.transport_with(&cli.ssh_args)?;
-    let client_id = format!("relayctl/{}", std::process::id());
-    let connect = Session::connect(transport.as_ref(), &client_id);
+    // relayctl never creates, so it states no cleanup policy (the agent's timers only apply to
+    // PTYs created by a connection that stated one).
+    let options = ConnectOptions {
+        policy: None,
+        ..ConnectOptions::new(format!("relayctl/{}", std::process::id()))
+    };
+    let connect = Session::connect_with(transport.as_ref(), &options);
     let connected = match destination {
         // Reaching the local agent includes starting it (at most a few seconds).
         Destination::Local => tokio::time::timeout(cli.timeout, connect)
