@@ -30,6 +30,8 @@
 //!   `list_leases`, `status`, `ping`; with `lifecycle`: `set_policy`, `inspect`, `end`,
 //!   `replace`, `forget`). A host uses one at a time; tools that want exactly one connection
 //!   (`relayctl`) use it directly.
+//! - [`lifecycle`]: operator actions for an app's buttons and `relayctl`: end an exact snapshot
+//!   of shells with an honest [`KillSummary`] (`kill_all`), end all eligible ([`GcPlan`], `gc`).
 //! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one pane's ordered event stream, credit acks
 //!   and the slow-consumer policy; it knows nothing of connections.
 //! - [`input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects.
@@ -42,8 +44,9 @@
 //! - `bin/relay`, `bin/relayctl`: the command-line tools (feature `cli`).
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
-//! connection was lost (rule A). Only [`Session::kill`] and [`Session::end`] end shells, and only
-//! the exact bindings they name.
+//! connection was lost (rule A). Only [`Session::kill`] and [`Session::end`] (and
+//! [`Session::kill_all`] and [`Session::gc`] built on them) end shells, and only the exact bindings
+//! they name.
 //!
 //! # Example
 //!
@@ -78,6 +81,7 @@
 mod error;
 pub mod host;
 pub mod input;
+pub mod lifecycle;
 pub mod local;
 pub mod pane;
 pub mod session;
@@ -87,6 +91,7 @@ pub mod transport;
 pub use error::Error;
 pub use host::{Host, HostOptions, HostState, Workspace};
 pub use input::{InputFailures, InputWriter};
+pub use lifecycle::{GcCandidate, GcPlan, KillSummary};
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};
 pub use pane::{PaneEvent, PaneHandle};
 pub use session::{ConnectOptions, Session};
