@@ -11,6 +11,7 @@
 //! | [`Error::BridgeExited`] (the agent bridge ended before answering) | [`Error::AgentCannotRun`] (the host cannot execute it) |
 //! | [`Error::Deploy`] (an upload or its verification failed) | [`Error::Incompatible`] (another protocol major) |
 //! | [`Error::Timeout`], [`Error::Spawn`] | [`Error::Handshake`] (the stream is not relay: shell startup output), [`Error::Config`] |
+//! | | [`Error::Policy`] (the agent refused the stated cleanup policy) |
 //!
 //! Typed refusals of the agent ([`Error::Agent`]) are answers, not failures of the link: neither
 //! class applies (`is_transient()` is `false`).
@@ -79,6 +80,12 @@ pub enum Error {
     /// Local IO failed.
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
+    /// The agent refused the cleanup policy the connection stated
+    /// ([`ConnectOptions::policy`](crate::session::ConnectOptions::policy),
+    /// [`HostOptions::policy`](crate::HostOptions::policy)); a retry cannot fix it. The message
+    /// quotes the policy and the agent's words naming the condition or value to fix.
+    #[error("cleanup policy refused: {0}")]
+    Policy(String),
     /// The agent speaks another protocol major version (rule H). The message says which versions
     /// and what to upgrade.
     #[error("incompatible agent: {0}")]
@@ -197,6 +204,7 @@ mod tests {
             Error::Incompatible(s()),
             Error::Handshake(s()),
             Error::Config(s()),
+            Error::Policy(s()),
             Error::from(ErrorReply::BadRequest { message: s() }),
         ];
         for e in &transient {

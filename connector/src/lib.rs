@@ -24,10 +24,14 @@
 //!
 //! - [`host`]: [`Host`] (supervisor: states, heartbeat, backoff, re-attach), [`Workspace`],
 //!   [`HostState`]. Start here.
-//! - [`session`]: [`Session`] — one connection: hello/welcome, the reader and writer tasks, the
-//!   table of pending requests, every operation (`open`, `attach`, `input`, `resize`, `signal`,
-//!   `kill`, `detach`, `protect`, `list_leases`, `status`, `ping`). A host uses one at a time;
-//!   tools that want exactly one connection (`relayctl`) use it directly.
+//! - [`session`]: [`Session`] — one connection: hello/welcome (and the stated cleanup policy,
+//!   [`ConnectOptions`]), the reader and writer tasks, the table of pending requests, every
+//!   operation (`open`, `attach`, `input`, `resize`, `signal`, `kill`, `detach`, `protect`,
+//!   `list_leases`, `status`, `ping`; with `lifecycle`: `set_policy`, `inspect`, `end`,
+//!   `replace`, `forget`). A host uses one at a time; tools that want exactly one connection
+//!   (`relayctl`) use it directly.
+//! - [`lifecycle`]: operator actions for an app's buttons and `relayctl`: end an exact snapshot
+//!   of shells with an honest [`KillSummary`] (`kill_all`), end all eligible ([`GcPlan`], `gc`).
 //! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one pane's ordered event stream, credit acks
 //!   and the slow-consumer policy; it knows nothing of connections.
 //! - [`input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects.
@@ -40,8 +44,9 @@
 //! - `bin/relay`, `bin/relayctl`: the command-line tools (feature `cli`).
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
-//! connection was lost (rule A). Only [`Session::kill`] ends a shell, and only for the exact
-//! binding it names.
+//! connection was lost (rule A). Only [`Session::kill`] and [`Session::end`] (and
+//! [`Session::kill_all`] and [`Session::gc`] built on them) end shells, and only the exact bindings
+//! they name.
 //!
 //! # Example
 //!
@@ -76,6 +81,7 @@
 mod error;
 pub mod host;
 pub mod input;
+pub mod lifecycle;
 pub mod local;
 pub mod pane;
 pub mod session;
@@ -85,7 +91,8 @@ pub mod transport;
 pub use error::Error;
 pub use host::{Host, HostOptions, HostState, Workspace};
 pub use input::{InputFailures, InputWriter};
+pub use lifecycle::{GcCandidate, GcPlan, KillSummary};
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};
 pub use pane::{PaneEvent, PaneHandle};
-pub use session::Session;
+pub use session::{ConnectOptions, Session};
 pub use transport::{AgentStream, Transport};

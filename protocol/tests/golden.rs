@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use bytes::{Bytes, BytesMut};
-use relay_protocol::message::Ping;
+use relay_protocol::message::{EndOutcome, EndWhen, Ping, Tag};
 use relay_protocol::{
     EndReason, ErrorReply, FrameCodec, LeaseState, Message, Op, Push, Request, Response, MAGIC,
 };
@@ -102,9 +102,10 @@ fn end_reason(r: &EndReason) -> usize {
         EndReason::Killed => 1,
         EndReason::AgentRestarted => 2,
         EndReason::Expired => 3,
+        EndReason::Forgotten => 4,
     }
 }
-const END_REASONS: usize = 4;
+const END_REASONS: usize = 5;
 
 fn lease_state(s: &LeaseState) -> usize {
     match s {
@@ -116,11 +117,45 @@ fn lease_state(s: &LeaseState) -> usize {
 }
 const LEASE_STATES: usize = 4;
 
+fn tag(t: &Tag) -> usize {
+    match t {
+        Tag::None => 0,
+        Tag::Protected => 1,
+        Tag::CleanupAt { .. } => 2,
+        Tag::Suggested { .. } => 3,
+        Tag::Kept { .. } => 4,
+    }
+}
+const TAGS: usize = 5;
+
+fn end_when(w: &EndWhen) -> usize {
+    match w {
+        EndWhen::Always => 0,
+        EndWhen::Unprotected => 1,
+        EndWhen::Eligible => 2,
+    }
+}
+const END_WHENS: usize = 3;
+
+fn end_outcome(o: &EndOutcome) -> usize {
+    match o {
+        EndOutcome::Ended { .. } => 0,
+        EndOutcome::AlreadyGone { .. } => 1,
+        EndOutcome::Refused { .. } => 2,
+        EndOutcome::Kept { .. } => 3,
+        EndOutcome::Unverified { .. } => 4,
+    }
+}
+const END_OUTCOMES: usize = 5;
+
 #[test]
 fn every_enum_variant_has_a_golden_vector() {
     let mut errors = BTreeSet::new();
     let mut reasons = BTreeSet::new();
     let mut states = BTreeSet::new();
+    let mut tags = BTreeSet::new();
+    let mut whens = BTreeSet::new();
+    let mut outcomes = BTreeSet::new();
     for case in cases() {
         match &case.message {
             Message::Response(_, Response::Error(e)) => {
@@ -140,12 +175,28 @@ fn every_enum_variant_has_a_golden_vector() {
                     }
                 }
             }
+            Message::Response(_, Response::Inspected(i)) => {
+                for row in &i.leases {
+                    tags.insert(tag(&row.tag));
+                }
+            }
+            Message::Request(_, Request::End(e)) => {
+                whens.insert(end_when(&e.when));
+            }
+            Message::Response(_, Response::EndReport(r)) => {
+                for result in &r.results {
+                    outcomes.insert(end_outcome(&result.outcome));
+                }
+            }
             _ => {}
         }
     }
     assert_eq!(errors, (0..ERROR_KINDS).collect(), "ErrorReply kinds");
     assert_eq!(reasons, (0..END_REASONS).collect(), "EndReason variants");
     assert_eq!(states, (0..LEASE_STATES).collect(), "LeaseState variants");
+    assert_eq!(tags, (0..TAGS).collect(), "Tag variants");
+    assert_eq!(whens, (0..END_WHENS).collect(), "EndWhen variants");
+    assert_eq!(outcomes, (0..END_OUTCOMES).collect(), "EndOutcome variants");
 }
 
 #[test]
@@ -228,6 +279,27 @@ fn screen_is_advertised_from_minor_3() {
         (0x801E, Op::ScreenOpened),
         (0x4004, Op::Snapshot),
         (0x4005, Op::Event),
+    ] {
+        assert_eq!(Op::from_code(code), Some(op));
+    }
+}
+
+#[test]
+fn lifecycle_is_advertised_from_minor_4() {
+    use relay_protocol::{Capability, PROTOCOL_MINOR};
+    // The lifecycle ops and `EndReason::Forgotten` came with protocol 1.4, gated by "lifecycle".
+    const { assert!(PROTOCOL_MINOR >= 4, "SetPolicy needs minor 4") };
+    assert_eq!(Capability::LIFECYCLE, "lifecycle");
+    assert!(Capability::all().contains(&Capability(Capability::LIFECYCLE.into())));
+    for (code, op) in [
+        (0x001F, Op::SetPolicy),
+        (0x0020, Op::Inspect),
+        (0x0021, Op::End),
+        (0x0022, Op::Replace),
+        (0x0023, Op::Forget),
+        (0x8020, Op::Inspected),
+        (0x8021, Op::EndReport),
+        (0x8023, Op::Forgot),
     ] {
         assert_eq!(Op::from_code(code), Some(op));
     }

@@ -280,11 +280,18 @@ fn known_op_with_corrupt_body_is_a_body_error() {
             vec![0x09],
             postcard::Error::SerdeDeCustom,
         ),
-        // Exited: binding, exit status, then EndReason 4 (4 reasons, 0..=3).
+        // Exited: binding, exit status, then EndReason 5 (5 reasons, 0..=4).
         (
             "unknown end reason",
             Op::Exited,
-            hex::decode("03617069027431026c32 01 01 00 00 04 00".replace(' ', "")).unwrap(),
+            hex::decode("03617069027431026c32 01 01 00 00 05 00".replace(' ', "")).unwrap(),
+            postcard::Error::SerdeDeCustom,
+        ),
+        // EndReport: one result, binding, then EndOutcome 5 (5 outcomes, 0..=4).
+        (
+            "unknown end outcome",
+            Op::EndReport,
+            hex::decode("01 03617069027431026c32 01 01 05".replace(' ', "")).unwrap(),
             postcard::Error::SerdeDeCustom,
         ),
     ];

@@ -173,12 +173,13 @@ impl TestHome {
             .expect("running relayctl")
     }
 
-    /// `relayctl leases --json`, parsed; panics with relayctl's stderr on failure.
+    /// `relayctl leases --all --json` (ended leases included), parsed; panics with relayctl's
+    /// stderr on failure.
     pub fn leases_json(&self) -> Vec<serde_json::Value> {
-        let out = self.relayctl(&["leases", "--json"]);
+        let out = self.relayctl(&["leases", "--all", "--json"]);
         assert!(
             out.status.success(),
-            "relayctl leases --json failed: {}",
+            "relayctl leases --all --json failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).expect("relayctl leases --json prints a JSON array")

@@ -75,7 +75,7 @@ pub use state::HostState;
 pub use workspace::Workspace;
 
 use crate::pane::{PaneHandle, PaneSink};
-use crate::session::{attached_of, opened_of, unexpected, Route, RouteStart};
+use crate::session::{attached_of, opened_of, unexpected, ConnectOptions, Route, RouteStart};
 use crate::transport::Transport;
 use crate::{Error, Session};
 use panes::{HostLink, Live, Registry};
@@ -96,6 +96,12 @@ pub struct HostOptions {
     /// its connection (default 1 MiB); beyond it input is refused with
     /// [`Error::InputFull`](crate::Error::InputFull), never dropped silently.
     pub input_queue_bytes: usize,
+    /// The cleanup policy every connection states for the PTYs it creates, as
+    /// [`ConnectOptions::policy`](crate::session::ConnectOptions::policy): `Some("")` (the
+    /// default) states the agent's defaults, `None` states none (its PTYs are never ended by a
+    /// timer). A policy the agent refuses makes the host [`HostState::Failed`] with
+    /// [`Error::Policy`](crate::Error::Policy).
+    pub policy: Option<String>,
 }
 
 impl HostOptions {
@@ -107,6 +113,15 @@ impl HostOptions {
             backoff: BackoffPolicy::default(),
             reattach_concurrency: 64,
             input_queue_bytes: 1 << 20,
+            policy: Some(String::new()),
+        }
+    }
+
+    /// What each connection of the host says in its hello and right after it.
+    pub(crate) fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            client_id: self.client_id.clone(),
+            policy: self.policy.clone(),
         }
     }
 }

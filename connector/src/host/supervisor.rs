@@ -29,10 +29,12 @@ pub(crate) async fn run(inner: Arc<HostInner>) {
     let mut backoff = Backoff::new(inner.options.backoff, None);
     let mut attempt = 0u32;
     let mut generation = 0u64;
+    // Every connection, first or re-made, states the host's cleanup policy before re-attaching.
+    let options = inner.options.connect_options();
     loop {
         attempt += 1;
         inner.set_state(HostState::Connecting { attempt });
-        let connect = Session::connect(inner.transport.as_ref(), &inner.options.client_id);
+        let connect = Session::connect_with(inner.transport.as_ref(), &options);
         let result = tokio::select! {
             r = connect => r,
             () = inner.shutdown.cancelled() => break,

@@ -1,6 +1,7 @@
 //! [`Session`]: one connection to one agent, shared by every workspace and pane of the app.
 //!
-//! A session is an actor: [`Session::connect`] does the hello exchange, then spawns a reader task
+//! A session is an actor: [`Session::connect`] does the hello exchange (and states the cleanup
+//! policy of [`ConnectOptions`] to an agent with `lifecycle`), then spawns a reader task
 //! (replies by request id to a table of pending oneshot senders; output pushes to per-PTY queues)
 //! and a writer task fed by a bounded queue. [`Session`] is a cheap-clone handle; the connection
 //! closes when the last clone is dropped. When the connection drops, every pending request fails
@@ -19,6 +20,7 @@
 
 mod conn;
 pub(crate) mod handshake;
+mod lifecycle;
 mod reply;
 pub(crate) mod shared;
 mod subscribe;
@@ -49,6 +51,29 @@ use shared::{Pending, Shared};
 /// Capacity of the writer's request queue, in messages.
 const REQUEST_QUEUE: usize = 256;
 
+/// How [`Session::connect_with`] introduces this client to the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Names this client in the agent's logs (e.g. `"my-editor/1234"`).
+    pub client_id: String,
+    /// The cleanup policy stated for the PTYs this connection creates (`docs/protocol.md`
+    /// §6b.1): `Some("")` states the agent's defaults (the default), `Some("unused=10m;idle=off")`
+    /// chooses, and `None` states none — for tools that never create (`relayctl`); PTYs created
+    /// by a connection that stated none are never ended by a timer. Sent right after the hello,
+    /// before any other request, and only to an agent with the `lifecycle` capability.
+    pub policy: Option<String>,
+}
+
+impl ConnectOptions {
+    /// A client called `client_id` that states the agent's default cleanup policy.
+    pub fn new(client_id: impl Into<String>) -> ConnectOptions {
+        ConnectOptions {
+            client_id: client_id.into(),
+            policy: Some(String::new()),
+        }
+    }
+}
+
 /// A connection to one agent. Cheap to clone; every clone talks over the same connection.
 ///
 /// Each handle carries its own request timeout (none by default; see
@@ -78,16 +103,34 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Opens a stream with `transport`, exchanges hello/welcome and starts the connection's tasks.
-    /// `client_id` names this client in the agent's logs (e.g. `"my-editor/1234"`).
+    /// Opens a stream with `transport`, exchanges hello/welcome, starts the connection's tasks
+    /// and states the agent's default cleanup policy (see [`ConnectOptions::new`]). `client_id`
+    /// names this client in the agent's logs (e.g. `"my-editor/1234"`).
+    ///
+    /// Must be called inside a tokio runtime.
+    ///
+    /// # Errors
+    /// As [`Session::connect_with`].
+    pub async fn connect(transport: &dyn Transport, client_id: &str) -> Result<Session, Error> {
+        Session::connect_with(transport, &ConnectOptions::new(client_id)).await
+    }
+
+    /// Opens a stream with `transport`, exchanges hello/welcome, starts the connection's tasks
+    /// and, when the agent has the `lifecycle` capability and `options.policy` is set, states
+    /// that cleanup policy before any other request.
     ///
     /// Must be called inside a tokio runtime.
     ///
     /// # Errors
     /// The transport's errors ([`Error::Spawn`], SSH errors, ...); [`Error::Handshake`] when the
     /// first reply is not a relay welcome; [`Error::Incompatible`] when the agent speaks another
-    /// protocol major version.
-    pub async fn connect(transport: &dyn Transport, client_id: &str) -> Result<Session, Error> {
+    /// protocol major version; [`Error::Policy`] when the agent refuses the stated policy (the
+    /// connection is closed).
+    pub async fn connect_with(
+        transport: &dyn Transport,
+        options: &ConnectOptions,
+    ) -> Result<Session, Error> {
+        let client_id = options.client_id.as_str();
         let destination = transport.describe();
         let AgentStream {
             reader,
@@ -116,7 +159,7 @@ impl Session {
         let shared = Arc::new(Shared::new(requests.downgrade(), max_frame as usize));
         tokio::spawn(conn::write_loop(writer, rx, shared.clone(), guard));
         tokio::spawn(conn::read_loop(reader, shared.clone()));
-        Ok(Session {
+        let session = Session {
             inner: Arc::new(Inner {
                 requests,
                 shared,
@@ -124,7 +167,11 @@ impl Session {
                 destination,
             }),
             timeout: None,
-        })
+        };
+        if let Some(policy) = &options.policy {
+            session.state_policy(policy).await?;
+        }
+        Ok(session)
     }
 
     /// A handle on the same connection whose requests fail with [`Error::Timeout`] when the
@@ -385,13 +432,13 @@ impl Session {
         }
     }
 
-    fn require(&self, cap: &str, what: &str) -> Result<(), Error> {
+    pub(crate) fn require(&self, cap: &str, what: &str) -> Result<(), Error> {
         if self.inner.welcome.has(cap) {
             Ok(())
         } else {
             Err(Error::Unsupported(format!(
-                "{what} (capability \"{cap}\", agent {})",
-                self.inner.welcome.agent_version
+                "{what} (capability \"{cap}\"; agent {} on {})",
+                self.inner.welcome.agent_version, self.inner.destination
             )))
         }
     }
@@ -454,5 +501,7 @@ impl Session {
     }
 }
 
+#[cfg(test)]
+pub(crate) mod test_peer;
 #[cfg(test)]
 mod tests;

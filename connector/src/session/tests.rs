@@ -1,85 +1,17 @@
 //! Session tests against a scripted peer over an in-memory pipe: what the connector sends and how
 //! it reacts, without a real agent (the real agent is exercised in `tests/tests/local.rs`).
 
-use std::sync::Mutex;
-
 use futures_util::{SinkExt, StreamExt};
-use relay_protocol::{
-    Binding, Capability, FrameCodec, Incarnation, Limits, Message, PaneKey, PtyId, Response,
-    Welcome, MAGIC, PROTOCOL_MAJOR,
-};
-use tokio_util::codec::Framed;
+use relay_protocol::{Binding, Capability, Message, Response};
 
-use super::Session;
-use crate::transport::{AgentStream, OpenFuture, Transport};
+use super::test_peer::{binding_of, connect, connect_with, next_request, reply};
+use super::ConnectOptions;
 use crate::Error;
-
-/// A transport that hands out one pre-made stream.
-struct Scripted(Mutex<Option<AgentStream>>);
-
-impl Transport for Scripted {
-    fn open(&self) -> OpenFuture<'_> {
-        let stream = self.0.lock().unwrap().take();
-        Box::pin(async move { stream.ok_or_else(|| Error::Spawn("opened twice".into())) })
-    }
-
-    fn describe(&self) -> String {
-        "scripted".into()
-    }
-}
-
-type Peer = Framed<tokio::io::DuplexStream, FrameCodec>;
-
-/// Connects a session to a peer that answers the hello with `capabilities`.
-async fn connect(capabilities: &[&str]) -> (Session, Peer) {
-    let (client, server) = tokio::io::duplex(1 << 16);
-    let (r, w) = tokio::io::split(client);
-    let transport = Scripted(Mutex::new(Some(AgentStream {
-        reader: Box::pin(r),
-        writer: Box::pin(w),
-        guard: Box::new(()),
-    })));
-    let mut peer = Framed::new(server, FrameCodec::default());
-    let welcome = Welcome {
-        magic: MAGIC,
-        major: PROTOCOL_MAJOR,
-        minor: 0,
-        agent_version: "test".into(),
-        incarnation: Incarnation(1),
-        capabilities: capabilities
-            .iter()
-            .map(|c| Capability(c.to_string()))
-            .collect(),
-        limits: Limits {
-            max_frame: 1 << 20,
-            window: 1 << 20,
-            max_chunk: 1 << 16,
-            replay_bytes: 1 << 22,
-        },
-    };
-    let (session, ()) = tokio::join!(
-        async { Session::connect(&transport, "t").await.unwrap() },
-        async {
-            let hello = peer.next().await.unwrap().unwrap();
-            assert!(matches!(
-                Message::from_bytes(&hello).unwrap(),
-                Message::Request(1, relay_protocol::Request::Hello(_))
-            ));
-            let reply = Message::Response(1, Response::Welcome(welcome));
-            peer.send(reply.to_bytes().into()).await.unwrap();
-        }
-    );
-    (session, peer)
-}
+use relay_protocol::message::{Done, EndWhen};
+use relay_protocol::{ErrorReply, Request};
 
 fn binding() -> Binding {
-    Binding {
-        pane: PaneKey::new("w", "t", "l"),
-        pty: PtyId {
-            incarnation: Incarnation(1),
-            counter: 1,
-        },
-    }
+    binding_of("l", 1)
 }
 
 #[tokio::test]
@@ -92,6 +24,27 @@ async fn operations_the_agent_did_not_advertise_are_refused_without_sending() {
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
     let err = session.input_seq(&binding(), 1, 1, b"x").await.unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
+    let lifecycle = [
+        session.set_policy("").await.unwrap_err(),
+        session.inspect().await.unwrap_err(),
+        session
+            .end(&[binding()], EndWhen::Always)
+            .await
+            .unwrap_err(),
+        session
+            .replace(&binding(), relay_protocol::SpawnSpec::default())
+            .await
+            .unwrap_err(),
+        session.forget(&[]).await.unwrap_err(),
+    ];
+    for err in lifecycle {
+        assert!(matches!(err, Error::Unsupported(_)), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"lifecycle\"; agent test on scripted") && msg.contains("upgrade"),
+            "{msg}"
+        );
+    }
     drop(session);
     // The peer sees the stream end without any request after the hello.
     assert!(peer.next().await.is_none(), "nothing was sent");
@@ -240,4 +193,81 @@ async fn open_falls_back_to_create_then_attach_without_the_capability() {
     let (created, handle) = opening.await.unwrap().unwrap();
     assert!(!created.existed);
     assert_eq!(handle.binding(), &binding());
+}
+
+/// Every connection states the connector's cleanup policy right after the hello, before any
+/// other request, when the agent has `lifecycle`.
+#[tokio::test]
+async fn the_stated_policy_is_the_first_request_after_the_hello() {
+    let options = ConnectOptions {
+        policy: Some("unused=10m;idle=off".into()),
+        ..ConnectOptions::new("t")
+    };
+    let mut seen = None;
+    let (session, mut peer) = connect_with(
+        &[Capability::PTY, Capability::LIFECYCLE],
+        &options,
+        |spec| {
+            seen = Some(spec.to_string());
+            Response::Done(Done {})
+        },
+    )
+    .await;
+    assert_eq!(seen.as_deref(), Some("unused=10m;idle=off"));
+    let session = session.unwrap();
+    // Nothing else was sent: the next request is the test's own.
+    let listing = tokio::spawn(async move { session.list_leases().await });
+    let (id, req) = next_request(&mut peer).await;
+    assert!(matches!(req, Request::ListLeases(_)), "{req:?}");
+    reply(
+        &mut peer,
+        id,
+        Response::Leases(relay_protocol::message::Leases { leases: vec![] }),
+    )
+    .await;
+    assert!(listing.await.unwrap().unwrap().is_empty());
+}
+
+/// `relayctl` never creates, so it states no policy: nothing but the hello is sent.
+#[tokio::test]
+async fn a_connection_without_a_policy_states_none() {
+    let options = ConnectOptions {
+        policy: None,
+        ..ConnectOptions::new("relayctl")
+    };
+    let (session, mut peer) =
+        connect_with(&[Capability::PTY, Capability::LIFECYCLE], &options, |_| {
+            panic!("no policy may be stated")
+        })
+        .await;
+    drop(session.unwrap());
+    assert!(
+        peer.next().await.is_none(),
+        "nothing was sent after the hello"
+    );
+}
+
+/// A refused policy fails the connect with the agent's words, as an error a retry cannot fix.
+#[tokio::test]
+async fn a_refused_policy_fails_the_connect_with_the_agents_message() {
+    let options = ConnectOptions {
+        policy: Some("unused=1y".into()),
+        ..ConnectOptions::new("t")
+    };
+    let (session, _peer) =
+        connect_with(&[Capability::PTY, Capability::LIFECYCLE], &options, |_| {
+            Response::Error(ErrorReply::BadRequest {
+                message: "unused=1y: unknown unit \"y\"; use s, m, h or d".into(),
+            })
+        })
+        .await;
+    let err = session.unwrap_err();
+    assert!(matches!(err, Error::Policy(_)), "{err:?}");
+    assert!(!err.is_transient());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("the agent on scripted refused the cleanup policy \"unused=1y\"")
+            && msg.contains("unknown unit"),
+        "{msg}"
+    );
 }

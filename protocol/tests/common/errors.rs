@@ -63,6 +63,19 @@ pub fn error_cases() -> Vec<Golden> {
             ),
         ),
         golden(
+            "error_ended_forgotten",
+            err(
+                4,
+                ErrorReply::Ended {
+                    pane: pane(),
+                    pty: pty(7),
+                    exit: None,
+                    reason: EndReason::Forgotten,
+                },
+            ),
+            "04 ffff03 17 01 03617069027431026c32 ef9bafcdf8acd1910107 00 04",
+        ),
+        golden(
             "error_mismatch",
             err(
                 6,

@@ -11,6 +11,7 @@
 //! (see `docs/protocol.md`), not a new literal.
 
 mod errors;
+mod lifecycle;
 mod pushes;
 mod responses;
 
@@ -407,6 +408,7 @@ pub fn cases() -> Vec<Golden> {
     .into_iter()
     .chain(responses::response_cases())
     .chain(errors::error_cases())
+    .chain(lifecycle::lifecycle_cases())
     .chain(pushes::push_cases())
     .collect()
 }

@@ -1,91 +1,171 @@
-//! The subcommands: connect once, do one thing, print it.
+//! The subcommands: connect once, do one thing, print it. `leases`, `status` and `stop` are
+//! here; the ones that end or protect shells are in `lifecycle.rs`.
 
 use std::io::Write;
 
 use anyhow::Context;
-use relay_connector::Session;
+use relay_connector::{ConnectOptions, Session};
+use relay_protocol::Capability;
 
 use crate::common::destination::Destination;
-use relay_protocol::{Binding, Incarnation, PaneKey, PtyId};
-
-use crate::{render, Cli, Command};
+use crate::lifecycle::Ctl;
+use crate::render::{self, TagCounts};
+use crate::targets::{self, Filter};
+use crate::{Cli, Command, Outcome};
 
 /// Runs `cli`'s command; every request to the agent is bounded by `--timeout`.
-pub async fn run(cli: &Cli) -> anyhow::Result<()> {
+pub async fn run(cli: &Cli) -> anyhow::Result<Outcome> {
     let destination = Destination::from_args(false, cli.ssh.as_deref())?;
+    let session = connect(cli, &destination).await?;
+    let ctl = Ctl {
+        session: &session,
+        destination: &destination,
+    };
+    match &cli.command {
+        Command::Leases {
+            json,
+            all,
+            state,
+            workspace,
+        } => {
+            let filter = Filter {
+                all: *all,
+                states: state.iter().map(|s| (*s).into()).collect(),
+                workspace: workspace.clone(),
+            };
+            leases(&session, &destination, &filter, *json).await?;
+        }
+        Command::Status { json } => status(&session, *json).await?,
+        Command::Kill {
+            ids,
+            pty,
+            all: false,
+            yes,
+            ..
+        } => return ctl.kill(ids, pty.as_deref(), *yes).await,
+        Command::Kill {
+            all: true,
+            workspace,
+            yes,
+            ..
+        } => return ctl.kill_all(workspace.as_deref(), *yes).await,
+        Command::Protect { id, pty, off } => return ctl.protect(id, pty.as_deref(), !off).await,
+        Command::Gc { dry_run, yes } => return ctl.gc(*dry_run, *yes).await,
+        Command::Forget { ids, all } => return ctl.forget(ids, *all).await,
+        Command::Stop { yes } => stop(session, &destination, *yes).await?,
+    }
+    Ok(Outcome::Done)
+}
+
+/// One connection to the agent, stating no cleanup policy: relayctl never creates, and the
+/// agent's timers only apply to PTYs created by a connection that stated one.
+async fn connect(cli: &Cli, destination: &Destination) -> anyhow::Result<Session> {
     let transport = destination.transport_with(&cli.ssh_args)?;
-    let client_id = format!("relayctl/{}", std::process::id());
-    let connect = Session::connect(transport.as_ref(), &client_id);
+    let options = ConnectOptions {
+        policy: None,
+        ..ConnectOptions::new(format!("relayctl/{}", std::process::id()))
+    };
+    let connect = Session::connect_with(transport.as_ref(), &options);
     let connected = match destination {
         // Reaching the local agent includes starting it (at most a few seconds).
         Destination::Local => tokio::time::timeout(cli.timeout, connect)
             .await
-            .map_err(|_| not_answering(&destination, cli.timeout))?,
+            .map_err(|_| not_answering(destination, cli.timeout))?,
         // SSH setup (connect, authenticate, deploy an agent) has its own bounds.
         Destination::Host(_) => connect.await,
     };
-    let session = connected
+    Ok(connected
         .with_context(|| format!("cannot reach the relay agent ({destination})"))?
-        .with_request_timeout(Some(cli.timeout));
+        .with_request_timeout(Some(cli.timeout)))
+}
+
+/// `relayctl leases`: one listing, filtered, as a table or JSON.
+async fn leases(
+    session: &Session,
+    destination: &Destination,
+    filter: &Filter,
+    json: bool,
+) -> anyhow::Result<()> {
+    let listing = targets::list(session).await?;
+    let rows: Vec<_> = listing
+        .rows
+        .iter()
+        .filter(|r| filter.keeps(&r.info))
+        .collect();
     let mut out = std::io::stdout().lock();
-    match &cli.command {
-        Command::Leases { json } => {
-            let leases = session.list_leases().await?;
-            let now = render::now_ms();
-            if *json {
-                writeln!(out, "{}", render::leases_json(&leases))?;
-            } else if leases.is_empty() {
-                eprintln!("no leases on {destination}");
-            } else {
-                write!(out, "{}", render::leases_table(&leases, now))?;
-            }
-        }
-        Command::Status { json } => {
-            let status = session.status().await?;
-            if *json {
-                writeln!(out, "{}", render::status_json(&status))?;
-            } else {
-                write!(out, "{}", render::status_text(&status))?;
-            }
-        }
-        Command::Kill { pane, pty } => {
-            let binding = parse_binding(pane, pty)?;
-            session
-                .kill(&binding)
-                .await
-                .with_context(|| format!("cannot kill {binding}"))?;
-            writeln!(out, "killed {binding}")?;
-        }
-        Command::Stop { yes } => {
-            let Destination::Local = destination else {
-                anyhow::bail!(
-                    "relayctl stop stops the agent on this machine only; to stop the one on \
-                     {destination}, run `relayctl --ssh {destination} status` for its pid and \
-                     `ssh {destination} kill PID`"
-                );
-            };
-            let status = session.status().await?;
-            let live = status.leases.attached + status.leases.detached;
-            if live > 0 && !yes {
-                anyhow::bail!(
-                    "{live} shell(s) are running and would end with the agent; pass --yes to stop \
-                     it anyway (`relayctl leases` lists them)"
-                );
-            }
-            drop(session);
-            stop_daemon(status.pid).await?;
-            writeln!(out, "stopped relay-agent (pid {})", status.pid)?;
-        }
-        Command::Protect { pane, pty, off } => {
-            let binding = parse_binding(pane, pty)?;
-            session
-                .protect(&binding, !off)
-                .await
-                .with_context(|| format!("cannot change protection of {binding}"))?;
-            let what = if *off { "unprotected" } else { "protected" };
-            writeln!(out, "{what} {binding}")?;
-        }
+    if json {
+        writeln!(out, "{}", render::leases_json(&rows))?;
+    } else if rows.is_empty() {
+        let hidden = listing.rows.len();
+        let hint = if hidden > 0 {
+            format!(" ({hidden} hidden by the filters; `--all` shows ended ones)")
+        } else {
+            String::new()
+        };
+        eprintln!("no leases on {destination}{hint}");
+    } else {
+        let tags = listing.lifecycle.is_some();
+        write!(
+            out,
+            "{}",
+            render::leases_table(&rows, tags, render::now_ms())
+        )?;
     }
+    if let Some(cut) = listing
+        .lifecycle
+        .as_ref()
+        .map(|l| l.left_out)
+        .filter(|n| *n > 0)
+    {
+        eprintln!(
+            "{cut} ended lease(s) were left out to fit the agent's reply (`relayctl forget \
+             --all` prunes ended history)"
+        );
+    }
+    Ok(())
+}
+
+/// `relayctl status`: the agent's status, and with the lifecycle policy its listing's policy,
+/// tags and memory.
+async fn status(session: &Session, json: bool) -> anyhow::Result<()> {
+    let status = session.status().await?;
+    let listing = if session.welcome().has(Capability::LIFECYCLE) {
+        Some(targets::list(session).await?)
+    } else {
+        None
+    };
+    let lifecycle = listing
+        .as_ref()
+        .and_then(|l| Some((l.lifecycle.as_ref()?, TagCounts::of(&l.rows))));
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", render::status_json(&status, lifecycle))?;
+    } else {
+        write!(out, "{}", render::status_text(&status, lifecycle))?;
+    }
+    Ok(())
+}
+
+/// `relayctl stop`: SIGTERM to the local daemon, refused while shells run unless `yes`.
+async fn stop(session: Session, destination: &Destination, yes: bool) -> anyhow::Result<()> {
+    let Destination::Local = destination else {
+        anyhow::bail!(
+            "relayctl stop stops the agent on this machine only; to stop the one on \
+             {destination}, run `relayctl --ssh {destination} status` for its pid and \
+             `ssh {destination} kill PID`"
+        );
+    };
+    let status = session.status().await?;
+    let live = status.leases.attached + status.leases.detached;
+    if live > 0 && !yes {
+        anyhow::bail!(
+            "{live} shell(s) are running and would end with the agent; pass --yes to stop \
+             it anyway (`relayctl leases` lists them)"
+        );
+    }
+    drop(session);
+    stop_daemon(status.pid).await?;
+    println!("stopped relay-agent (pid {})", status.pid);
     Ok(())
 }
 
@@ -112,74 +192,4 @@ fn not_answering(destination: &Destination, limit: std::time::Duration) -> anyho
          may be stopped or overloaded (check `relayctl status` / the agent log)",
         limit.as_secs_f64()
     )
-}
-
-fn parse_binding(pane: &str, pty: &str) -> anyhow::Result<Binding> {
-    Ok(Binding {
-        pane: parse_pane(pane)?,
-        pty: parse_pty(pty)?,
-    })
-}
-
-/// Exactly `workspace/tab/leaf`: three non-empty parts, none containing `/` (the form `relay`
-/// accepts and `relayctl leases` prints).
-fn parse_pane(s: &str) -> anyhow::Result<PaneKey> {
-    let parts: Vec<&str> = s.split('/').collect();
-    match parts[..] {
-        [ws, tab, leaf] if !ws.is_empty() && !tab.is_empty() && !leaf.is_empty() => {
-            Ok(PaneKey::new(ws, tab, leaf))
-        }
-        _ => anyhow::bail!(
-            "pane {s:?} is not `workspace/tab/leaf` (exactly three non-empty parts separated by \
-             `/`, as printed by `relayctl leases`)"
-        ),
-    }
-}
-
-/// `<incarnation hex>.<counter>`, as printed by `relayctl leases`.
-fn parse_pty(s: &str) -> anyhow::Result<PtyId> {
-    let parsed = s.split_once('.').and_then(|(inc, counter)| {
-        Some(PtyId {
-            incarnation: Incarnation(u64::from_str_radix(inc, 16).ok()?),
-            counter: counter.parse().ok()?,
-        })
-    });
-    parsed.with_context(|| {
-        format!("PTY id {s:?} is not `<incarnation>.<counter>` (copy it from `relayctl leases`)")
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pane_and_pty_round_trip_through_their_printed_form() {
-        let pane = PaneKey::new("org", "tab", "0");
-        assert_eq!(parse_pane(&pane.to_string()).unwrap(), pane);
-        let pty = PtyId {
-            incarnation: Incarnation(0xdead_beef),
-            counter: 12,
-        };
-        assert_eq!(parse_pty(&pty.to_string()).unwrap(), pty);
-        assert!(parse_pane("just-one").is_err());
-        assert!(parse_pty("xyz").is_err());
-    }
-
-    /// Regression: `rsplitn` read `default/p/q/0` as workspace `default/p`, and `//0`-style keys
-    /// with empty parts slipped through; only exactly three non-empty parts are a pane.
-    #[test]
-    fn a_pane_is_exactly_three_non_empty_parts() {
-        for bad in ["default/p/q/0", "//0", "w//0", "w/t/", "/t/0", "w/t", ""] {
-            let err = parse_pane(bad).unwrap_err().to_string();
-            assert!(
-                err.contains("`workspace/tab/leaf`") && err.contains("exactly three non-empty"),
-                "{bad:?}: {err}"
-            );
-        }
-        assert_eq!(
-            parse_pane("wörk/t/é").unwrap(),
-            PaneKey::new("wörk", "t", "é")
-        );
-    }
 }

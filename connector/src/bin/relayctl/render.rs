@@ -7,8 +7,11 @@
 //! `pane{workspace,tab,leaf}`, `pty` (string `<incarnation>.<counter>`), `pid` (number or null),
 //! `state` (`attached|detached|ended|superseded`), `since_ms` and `last_output_ms` (ms since the
 //! Unix epoch; the latter may be null), `bytes_out`, `command` (array of strings),
-//! `exit{code,signal}` (or null), `reason` (`exited|killed|agent_restarted|expired` or null),
-//! `protected` (bool), `attached` (number of connections).
+//! `exit{code,signal}` (or null), `reason` (`exited|killed|agent_restarted|expired|forgotten`
+//! or null), `protected` (bool), `attached` (number of connections), `tag` (null, or
+//! `{kind: protected|cleanup|suggested|kept}` with `at_ms` for `cleanup` (deadline, ms since the
+//! Unix epoch) and `why` for `cleanup`, `suggested` and `kept`), `detail` (how an ended lease
+//! ended, or null). `tag` and `detail` are null with an agent without the lifecycle policy.
 //!
 //! The table is for eyes: a cell longer than [`MAX_CELL`] characters is cut with `…`, and control
 //! characters in names are shown as `�` (a pane name must not drive the terminal). The JSON is
@@ -16,8 +19,10 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use relay_protocol::message::Status;
-use relay_protocol::{EndReason, ExitStatus, LeaseInfo};
+use relay_protocol::message::{LeaseRow, PolicyInfo, Status, Tag};
+use relay_protocol::{EndReason, ExitStatus};
+
+use crate::targets::{is_live, Lifecycle};
 use serde_json::{json, Value};
 
 /// Longest table cell, in characters; longer ones end in `…`.
@@ -32,12 +37,13 @@ pub fn now_ms() -> u64 {
 }
 
 /// The leases as a JSON array (see the module docs for the shape).
-pub fn leases_json(leases: &[LeaseInfo]) -> String {
-    let rows: Vec<Value> = leases.iter().map(lease_json).collect();
+pub fn leases_json(rows: &[&LeaseRow]) -> String {
+    let rows: Vec<Value> = rows.iter().map(|r| lease_json(r)).collect();
     serde_json::to_string_pretty(&rows).expect("JSON values always serialize")
 }
 
-fn lease_json(l: &LeaseInfo) -> Value {
+fn lease_json(row: &LeaseRow) -> Value {
+    let l = &row.info;
     json!({
         "pane": {
             "workspace": l.binding.pane.workspace.0,
@@ -55,7 +61,34 @@ fn lease_json(l: &LeaseInfo) -> Value {
         "reason": l.reason.as_ref().map(reason_token),
         "protected": l.protected,
         "attached": l.attached,
+        "tag": tag_json(&row.tag),
+        "detail": row.detail,
     })
+}
+
+fn tag_json(tag: &Tag) -> Value {
+    match tag {
+        Tag::None => Value::Null,
+        Tag::Protected => json!({ "kind": "protected" }),
+        Tag::CleanupAt { at_ms, why } => json!({ "kind": "cleanup", "at_ms": at_ms, "why": why }),
+        Tag::Suggested { why } => json!({ "kind": "suggested", "why": why }),
+        Tag::Kept { why } => json!({ "kind": "kept", "why": why }),
+    }
+}
+
+/// The TAG cell: what the policy will do with a live lease (`protected`, `cleanup in 4m`,
+/// `cleanup due`, `suggested`, `kept: has children`), how an ended one ended, else `-`.
+pub fn tag_text(row: &LeaseRow, now_ms: u64) -> String {
+    match &row.tag {
+        Tag::Protected => "protected".into(),
+        Tag::CleanupAt { at_ms, .. } if *at_ms > now_ms => {
+            format!("cleanup in {}", span(at_ms - now_ms))
+        }
+        Tag::CleanupAt { .. } => "cleanup due".into(),
+        Tag::Suggested { .. } => "suggested".into(),
+        Tag::Kept { why } => format!("kept: {why}"),
+        Tag::None => row.detail.clone().unwrap_or_else(|| "-".into()),
+    }
 }
 
 fn reason_token(r: &EndReason) -> &'static str {
@@ -68,9 +101,10 @@ fn reason_token(r: &EndReason) -> &'static str {
     }
 }
 
-/// The leases as an aligned table with a header line.
-pub fn leases_table(leases: &[LeaseInfo], now_ms: u64) -> String {
-    let header = [
+/// The leases as an aligned table with a header line; with `tags` (an agent with the lifecycle
+/// policy) a TAG column, which also says which lease is protected.
+pub fn leases_table(leases: &[&LeaseRow], tags: bool, now_ms: u64) -> String {
+    let mut header = vec![
         "PANE",
         "PTY",
         "PID",
@@ -81,13 +115,17 @@ pub fn leases_table(leases: &[LeaseInfo], now_ms: u64) -> String {
         "COMMAND",
         "EXIT",
     ];
+    if tags {
+        header.push("TAG");
+    }
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
-    for l in leases {
+    for row in leases {
+        let l = &row.info;
         let mut state = l.state.to_string();
-        if l.protected {
+        if l.protected && !tags {
             state.push_str(",protected");
         }
-        rows.push(vec![
+        let mut cells = vec![
             l.binding.pane.to_string(),
             l.binding.pty.to_string(),
             l.pid.map_or("-".into(), |p| p.to_string()),
@@ -97,12 +135,17 @@ pub fn leases_table(leases: &[LeaseInfo], now_ms: u64) -> String {
             bytes(l.bytes_out),
             command(&l.command),
             exit(l.exit.as_ref(), l.reason.as_ref()),
-        ]);
+        ];
+        if tags {
+            cells.push(tag_text(row, now_ms));
+        }
+        rows.push(cells);
     }
     align(&rows)
 }
 
-fn align(rows: &[Vec<String>]) -> String {
+/// Rows as aligned columns (the first row is the header); cells are cut by [`cell`].
+pub fn align(rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|r| r.iter().map(|c| cell(c)).collect())
@@ -129,27 +172,87 @@ fn align(rows: &[Vec<String>]) -> String {
 }
 
 /// A table cell: control characters replaced, at most [`MAX_CELL`] characters.
-fn cell(text: &str) -> String {
-    let clean = text
-        .chars()
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c });
+pub fn cell(text: &str) -> String {
     if text.chars().count() > MAX_CELL {
-        let mut cut: String = clean.take(MAX_CELL - 1).collect();
+        let mut cut: String = clean(text).chars().take(MAX_CELL - 1).collect();
         cut.push('…');
         cut
     } else {
-        clean.collect()
+        clean(text)
     }
 }
 
-/// Age like `kubectl`: `42s`, `5m`, `3h`, `2d`.
+/// `text` with control characters shown as `�` (text from the agent must not drive the
+/// terminal).
+pub fn clean(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect()
+}
+
+/// Time from `then_ms` to `now_ms` as a [`span`] (0 when `then_ms` is later).
 pub fn ago(now_ms: u64, then_ms: u64) -> String {
-    let s = now_ms.saturating_sub(then_ms) / 1000;
+    span(now_ms.saturating_sub(then_ms))
+}
+
+/// A duration in ms, compactly, in at most two units, the second left out when zero: `42s`,
+/// `4m`, `1h 5m`, `2d 3h`.
+pub fn span(ms: u64) -> String {
+    let s = ms / 1000;
+    let (m, h, d) = (s / 60, s / 3600, s / 86_400);
+    let two = |big: u64, big_unit: &str, small: u64, small_unit: &str| {
+        if small == 0 {
+            format!("{big}{big_unit}")
+        } else {
+            format!("{big}{big_unit} {small}{small_unit}")
+        }
+    };
     match s {
-        0..=119 => format!("{s}s"),
-        120..=7199 => format!("{}m", s / 60),
-        7200..=172_799 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{m}m"),
+        3600..=86_399 => two(h, "h", m % 60, "m"),
+        _ => two(d, "d", h % 24, "h"),
+    }
+}
+
+/// The agent's cleanup settings: `unused 10m, idle off, suggest after 1d`.
+pub fn policy_text(p: &PolicyInfo) -> String {
+    let setting = |ms: Option<u64>| ms.map_or_else(|| "off".to_string(), span);
+    format!(
+        "unused {}, idle {}, suggest after {}",
+        setting(p.unused_grace_ms),
+        setting(p.idle_expiry_ms),
+        span(p.suggest_after_ms)
+    )
+}
+
+/// Live leases by tag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TagCounts {
+    /// Protected.
+    pub protected: usize,
+    /// With a cleanup deadline.
+    pub cleanup: usize,
+    /// Cleanup suggested.
+    pub suggested: usize,
+    /// Kept by the policy.
+    pub kept: usize,
+}
+
+impl TagCounts {
+    /// Counts the live rows.
+    pub fn of(rows: &[LeaseRow]) -> TagCounts {
+        let mut c = TagCounts::default();
+        for row in rows.iter().filter(|r| is_live(r.info.state)) {
+            match row.tag {
+                Tag::Protected => c.protected += 1,
+                Tag::CleanupAt { .. } => c.cleanup += 1,
+                Tag::Suggested { .. } => c.suggested += 1,
+                Tag::Kept { .. } => c.kept += 1,
+                Tag::None => {}
+            }
+        }
+        c
     }
 }
 
@@ -168,7 +271,8 @@ pub fn bytes(n: u64) -> String {
     format!("{v:.1}{}", UNITS[unit])
 }
 
-fn command(argv: &[String]) -> String {
+/// A command line for a table cell (`(login shell)` when empty), at most 40 characters.
+pub fn command(argv: &[String]) -> String {
     let s = if argv.is_empty() {
         "(login shell)".to_string()
     } else {
@@ -182,7 +286,8 @@ fn command(argv: &[String]) -> String {
     }
 }
 
-fn exit(exit: Option<&ExitStatus>, reason: Option<&EndReason>) -> String {
+/// How a lease ended: `exit 0`, `signal Hangup (killed)`, `agent restarted`, or `-`.
+pub fn exit(exit: Option<&ExitStatus>, reason: Option<&EndReason>) -> String {
     match (exit, reason) {
         (Some(e), Some(EndReason::Exited) | None) => e.to_string(),
         (Some(e), Some(r)) => format!("{e} ({r})"),
@@ -191,9 +296,29 @@ fn exit(exit: Option<&ExitStatus>, reason: Option<&EndReason>) -> String {
     }
 }
 
+/// What `relayctl status` adds for an agent with the lifecycle policy.
+pub type StatusLifecycle<'a> = Option<(&'a Lifecycle, TagCounts)>;
+
 /// Status as JSON: agent_version, incarnation, pid, started_ms, uptime_ms,
-/// leases{attached,detached,ended,superseded}, connections.
-pub fn status_json(s: &Status) -> String {
+/// leases{attached,detached,ended,superseded}, connections, and policy{unused_grace_ms,
+/// idle_expiry_ms,suggest_after_ms}, tags{protected,cleanup,suggested,kept}, rss_bytes (null
+/// without the lifecycle policy).
+pub fn status_json(s: &Status, lifecycle: StatusLifecycle) -> String {
+    let policy = lifecycle.map(|(l, _)| {
+        json!({
+            "unused_grace_ms": l.policy.unused_grace_ms,
+            "idle_expiry_ms": l.policy.idle_expiry_ms,
+            "suggest_after_ms": l.policy.suggest_after_ms,
+        })
+    });
+    let tags = lifecycle.map(|(_, t)| {
+        json!({
+            "protected": t.protected,
+            "cleanup": t.cleanup,
+            "suggested": t.suggested,
+            "kept": t.kept,
+        })
+    });
     let v = json!({
         "agent_version": s.agent_version,
         "incarnation": s.incarnation.to_string(),
@@ -207,136 +332,47 @@ pub fn status_json(s: &Status) -> String {
             "superseded": s.leases.superseded,
         },
         "connections": s.connections,
+        "policy": policy,
+        "tags": tags,
+        "rss_bytes": lifecycle.map(|(l, _)| l.rss_bytes),
     });
     serde_json::to_string_pretty(&v).expect("JSON values always serialize")
 }
 
-/// Status as `key: value` lines.
-pub fn status_text(s: &Status) -> String {
+/// Status as `key: value` lines; policy, tags and memory only with the lifecycle policy.
+pub fn status_text(s: &Status, lifecycle: StatusLifecycle) -> String {
     let l = &s.leases;
-    format!(
+    let mut out = format!(
         "agent version: {}\nincarnation:   {}\npid:           {}\nuptime:        {}\nleases:        \
          {} attached, {} detached, {} ended, {} superseded\nconnections:   {}\n",
         s.agent_version,
         s.incarnation,
         s.pid,
-        ago(s.uptime_ms, 0),
+        span(s.uptime_ms),
         l.attached,
         l.detached,
         l.ended,
         l.superseded,
         s.connections
-    )
+    );
+    if let Some((l, t)) = lifecycle {
+        let memory = match l.rss_bytes {
+            0 => "unknown".to_string(),
+            n => bytes(n),
+        };
+        out.push_str(&format!(
+            "policy:        {}\ntags:          {} protected, {} cleanup scheduled, {} suggested, \
+             {} kept\nmemory:        {memory} (daemon RSS)\n",
+            policy_text(&l.policy),
+            t.protected,
+            t.cleanup,
+            t.suggested,
+            t.kept
+        ));
+    }
+    out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use relay_protocol::{Binding, Incarnation, LeaseState, PaneKey, PtyId, TermSize};
-
-    fn lease() -> LeaseInfo {
-        LeaseInfo {
-            binding: Binding {
-                pane: PaneKey::new("ws", "main", "0"),
-                pty: PtyId {
-                    incarnation: Incarnation(0xab),
-                    counter: 3,
-                },
-            },
-            state: LeaseState::Ended,
-            pid: Some(4242),
-            since_ms: 1_000_000,
-            last_output_ms: None,
-            bytes_out: 2048,
-            command: vec!["sh".into(), "-c".into(), "exit 3".into()],
-            exit: Some(ExitStatus {
-                code: 3,
-                signal: None,
-            }),
-            reason: Some(EndReason::AgentRestarted),
-            protected: true,
-            attached: 0,
-            size: TermSize::default(),
-        }
-    }
-
-    #[test]
-    fn json_shape_is_the_documented_one() {
-        let v: Value = serde_json::from_str(&leases_json(&[lease()])).unwrap();
-        let row = &v[0];
-        assert_eq!(row["pane"]["workspace"], "ws");
-        assert_eq!(row["pane"]["tab"], "main");
-        assert_eq!(row["pane"]["leaf"], "0");
-        assert_eq!(row["pty"], "00000000000000ab.3");
-        assert_eq!(row["pid"], 4242);
-        assert_eq!(row["state"], "ended");
-        assert_eq!(row["since_ms"], 1_000_000);
-        assert!(row["last_output_ms"].is_null());
-        assert_eq!(row["bytes_out"], 2048);
-        assert_eq!(row["command"][2], "exit 3");
-        assert_eq!(row["exit"]["code"], 3);
-        assert!(row["exit"]["signal"].is_null());
-        assert_eq!(row["reason"], "agent_restarted");
-        assert_eq!(row["protected"], true);
-        assert_eq!(row["attached"], 0);
-        assert_eq!(row.as_object().unwrap().len(), 12, "no undocumented fields");
-    }
-
-    #[test]
-    fn table_has_the_columns_and_relative_times() {
-        let t = leases_table(&[lease()], 1_000_000 + 5 * 60_000);
-        let mut lines = t.lines();
-        let header = lines.next().unwrap();
-        for col in [
-            "PANE",
-            "PTY",
-            "PID",
-            "STATE",
-            "SINCE",
-            "LAST OUTPUT",
-            "BYTES",
-            "COMMAND",
-            "EXIT",
-        ] {
-            assert!(header.contains(col), "{header}");
-        }
-        let row = lines.next().unwrap();
-        assert!(
-            row.contains("ws/main/0") && row.contains(" 5m ") && row.contains("2.0K"),
-            "{row}"
-        );
-        assert!(row.contains("ended,protected"), "{row}");
-    }
-
-    /// Regression: a pane key part longer than 65535 characters made `relayctl leases` panic
-    /// ("Formatting argument out of range", exit 101).
-    #[test]
-    fn huge_and_hostile_names_are_cut_in_the_table_and_complete_in_json() {
-        let mut l = lease();
-        l.binding.pane = PaneKey::new("W".repeat(400_000), "t\u{1b}]0;x\u{7}", "0");
-        let t = leases_table(&[l.clone(), lease()], 1_000_000);
-        let row = t.lines().nth(1).unwrap();
-        let pane = row.split("   ").next().unwrap();
-        assert_eq!(pane.chars().count(), MAX_CELL, "{pane}");
-        assert!(pane.ends_with('…'), "{pane}");
-        assert!(t.lines().all(|line| line.chars().count() < 400), "{t}");
-        assert!(!t.contains('\u{1b}'));
-        let short = PaneKey::new("ws", "t\u{1b}]0;x\u{7}", "0");
-        let mut l2 = lease();
-        l2.binding.pane = short;
-        let t = leases_table(&[l2], 1_000_000);
-        assert!(t.contains("ws/t\u{fffd}]0;x\u{fffd}/0"), "{t}");
-        let v: Value = serde_json::from_str(&leases_json(&[l])).unwrap();
-        assert_eq!(v[0]["pane"]["workspace"].as_str().unwrap().len(), 400_000);
-        assert_eq!(v[0]["pane"]["tab"], "t\u{1b}]0;x\u{7}");
-    }
-
-    #[test]
-    fn human_units() {
-        assert_eq!(ago(10_000, 0), "10s");
-        assert_eq!(ago(3 * 3_600_000, 0), "3h");
-        assert_eq!(ago(3 * 86_400_000, 0), "3d");
-        assert_eq!(bytes(512), "512");
-        assert_eq!(bytes(3 * 1024 * 1024), "3.0M");
-    }
-}
+#[path = "render_tests.rs"]
+mod tests;

@@ -1,0 +1,117 @@
+//! A scripted agent for unit tests of [`Session`] and what is built on it: a session over an
+//! in-memory pipe whose far end the test drives frame by frame (no real agent; that one is
+//! exercised in `tests/tests/local.rs`).
+
+use std::sync::Mutex;
+
+use futures_util::{SinkExt, StreamExt};
+use relay_protocol::message::Done;
+use relay_protocol::{
+    Binding, Capability, FrameCodec, Incarnation, Limits, Message, PaneKey, PtyId, Request,
+    Response, Welcome, MAGIC, PROTOCOL_MAJOR,
+};
+use tokio_util::codec::Framed;
+
+use super::{ConnectOptions, Session};
+use crate::transport::{AgentStream, OpenFuture, Transport};
+use crate::Error;
+
+/// A transport that hands out one pre-made stream.
+struct Scripted(Mutex<Option<AgentStream>>);
+
+impl Transport for Scripted {
+    fn open(&self) -> OpenFuture<'_> {
+        let stream = self.0.lock().unwrap().take();
+        Box::pin(async move { stream.ok_or_else(|| Error::Spawn("opened twice".into())) })
+    }
+
+    fn describe(&self) -> String {
+        "scripted".into()
+    }
+}
+
+/// The agent's end of the pipe.
+pub(crate) type Peer = Framed<tokio::io::DuplexStream, FrameCodec>;
+
+/// Connects a session (default [`ConnectOptions`]) to a peer that answers the hello with
+/// `capabilities` and accepts a stated policy.
+pub(crate) async fn connect(capabilities: &[&str]) -> (Session, Peer) {
+    let (session, peer) = connect_with(capabilities, &ConnectOptions::new("t"), |_| {
+        Response::Done(Done {})
+    })
+    .await;
+    (session.unwrap(), peer)
+}
+
+/// Connects with `options` to a peer that answers the hello with `capabilities`; a `SetPolicy`
+/// the session sends is answered with `on_policy(spec)`.
+pub(crate) async fn connect_with(
+    capabilities: &[&str],
+    options: &ConnectOptions,
+    on_policy: impl FnOnce(&str) -> Response,
+) -> (Result<Session, Error>, Peer) {
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (r, w) = tokio::io::split(client);
+    let transport = Scripted(Mutex::new(Some(AgentStream {
+        reader: Box::pin(r),
+        writer: Box::pin(w),
+        guard: Box::new(()),
+    })));
+    let mut peer = Framed::new(server, FrameCodec::default());
+    let welcome = Welcome {
+        magic: MAGIC,
+        major: PROTOCOL_MAJOR,
+        minor: 0,
+        agent_version: "test".into(),
+        incarnation: Incarnation(1),
+        capabilities: capabilities
+            .iter()
+            .map(|c| Capability(c.to_string()))
+            .collect(),
+        limits: Limits {
+            max_frame: 1 << 20,
+            window: 1 << 20,
+            max_chunk: 1 << 16,
+            replay_bytes: 1 << 22,
+        },
+    };
+    let states_policy = options.policy.is_some() && welcome.has(Capability::LIFECYCLE);
+    let (session, ()) = tokio::join!(Session::connect_with(&transport, options), async {
+        let (id, hello) = next_request(&mut peer).await;
+        assert!(matches!((id, hello), (1, Request::Hello(_))));
+        reply(&mut peer, 1, Response::Welcome(welcome)).await;
+        if states_policy {
+            match next_request(&mut peer).await {
+                (id, Request::SetPolicy(p)) => reply(&mut peer, id, on_policy(&p.spec)).await,
+                other => panic!("the policy comes right after the hello, got {other:?}"),
+            }
+        }
+    });
+    (session, peer)
+}
+
+/// The next request the session sent.
+pub(crate) async fn next_request(peer: &mut Peer) -> (u64, Request) {
+    let frame = peer.next().await.expect("a request").expect("a frame");
+    match Message::from_bytes(&frame).unwrap() {
+        Message::Request(id, req) => (id, req),
+        other => panic!("expected a request, got {other:?}"),
+    }
+}
+
+/// Sends `resp` as the answer to request `id`.
+pub(crate) async fn reply(peer: &mut Peer, id: u64, resp: Response) {
+    let frame = Message::Response(id, resp).to_bytes();
+    peer.send(frame.into()).await.unwrap();
+}
+
+/// A binding of pane `w/t/<leaf>` to PTY `1.<counter>`.
+pub(crate) fn binding_of(leaf: &str, counter: u64) -> Binding {
+    Binding {
+        pane: PaneKey::new("w", "t", leaf),
+        pty: PtyId {
+            incarnation: Incarnation(1),
+            counter,
+        },
+    }
+}
