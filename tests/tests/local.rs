@@ -13,6 +13,8 @@ mod liveness;
 mod messages;
 #[path = "local/piped_run.rs"]
 mod piped_run;
+#[path = "local/relayctl.rs"]
+mod relayctl;
 #[path = "local/restore.rs"]
 mod restore;
 #[path = "local/screen.rs"]

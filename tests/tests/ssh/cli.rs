@@ -1,4 +1,4 @@
-//! `relayctl --ssh HOST leases --json` and `relay attach HOST` over SSH.
+//! `relayctl --ssh HOST` (leases, status, kill --all) and `relay attach HOST` over SSH.
 
 use super::*;
 
@@ -82,4 +82,42 @@ async fn relayctl_over_ssh_lists_the_hosts_leases_and_relay_attach_never_creates
         .await
         .unwrap();
     assert_eq!(session.list_leases().await.unwrap().len(), 1);
+    drop(session);
+
+    // The lifecycle commands over SSH: the policy in force, then kill --all of the host's one
+    // shell with an honest summary, then the lease's end reason.
+    let out = run_cli(&bins().relayctl, &host, &["--ssh", &dest, "status"]);
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.contains("policy:        unused 10m, idle off"),
+        "{status}"
+    );
+    let out = run_cli(
+        &bins().relayctl,
+        &host,
+        &["--ssh", &dest, "kill", "--all", "--yes"],
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{summary}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(summary.contains("targets 1, ended 1"), "{summary}");
+    let out = run_cli(
+        &bins().relayctl,
+        &host,
+        &["--ssh", &dest, "leases", "--all", "--json"],
+    );
+    let leases: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let lease = &leases.as_array().unwrap()[0];
+    assert_eq!(lease["state"], "ended");
+    assert_eq!(lease["reason"], "killed");
+    assert!(
+        lease["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("killed by operator; SIGHUP"),
+        "{lease}"
+    );
 }

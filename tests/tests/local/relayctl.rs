@@ -1,0 +1,154 @@
+//! `relayctl` lifecycle commands against a real agent and real shells: tags, protect, gc with
+//! re-verification, kill by one id, kill --all from a snapshot with an honest summary, forget.
+
+use relay_connector::Session;
+use relay_protocol::{Binding, PaneKey, SpawnSpec};
+use serde_json::Value;
+
+use super::{sh, TestHome};
+use relay_tests::eventually;
+
+fn text(out: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The live leases `relayctl leases --json` prints (ended ones left out).
+fn live_json(home: &TestHome) -> Vec<Value> {
+    let out = home.relayctl(&["leases", "--json"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn row<'a>(rows: &'a [Value], b: &Binding) -> Option<&'a Value> {
+    rows.iter().find(|l| l["pty"] == b.pty.to_string())
+}
+
+fn tag_kind(home: &TestHome, b: &Binding) -> String {
+    let rows = home.leases_json();
+    row(&rows, b).map_or("none".into(), |r| {
+        r["tag"]["kind"].as_str().unwrap_or("none").to_string()
+    })
+}
+
+async fn create(session: &Session, leaf: &str, spec: SpawnSpec) -> Binding {
+    let pane = PaneKey::new("ops", leaf, "0");
+    session.create(pane, spec).await.unwrap().binding
+}
+
+/// An operator sees tags, protects by one id, lets `gc` end exactly the eligible shells (a shell
+/// that became busy after the listing is kept with the reason), and `kill --all` ends exactly its
+/// snapshot with a summary; ended history is only shown with `--all` and pruned by `forget`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayctl_tags_protects_gcs_and_kills_exactly() {
+    let home = TestHome::with_env(&[("RELAY_UNUSED_GRACE", "1h"), ("RELAY_SUGGEST_AFTER", "1s")]);
+    let session = home.session().await;
+    let unused = create(&session, "unused", SpawnSpec::default()).await;
+    let idle = create(&session, "idle", sh("read x; echo got $x; exec sh")).await;
+    let busy = create(&session, "busy", sh("exec sh")).await;
+    let guarded = create(&session, "guarded", sh("exec sh")).await;
+    session.input(&idle, b"go\n").await.unwrap();
+
+    // Tags: the unused shell's cleanup is scheduled; the others become suggested when idle 1 s.
+    eventually("tags", || {
+        (tag_kind(&home, &unused) == "cleanup"
+            && tag_kind(&home, &idle) == "suggested"
+            && tag_kind(&home, &busy) == "suggested")
+            .then_some(())
+    });
+    let out = home.relayctl(&["leases"]);
+    let (table, _) = text(&out);
+    assert!(table.lines().next().unwrap().contains("TAG"), "{table}");
+    assert!(
+        table.contains("cleanup in 59m") || table.contains("cleanup in 1h"),
+        "{table}"
+    );
+
+    // Protect by the PTY id alone.
+    let out = home.relayctl(&["protect", &guarded.pty.to_string()]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert_eq!(tag_kind(&home, &guarded), "protected");
+
+    // gc --dry-run lists exactly the eligible shells and ends nothing.
+    let out = home.relayctl(&["gc", "--dry-run"]);
+    let (plan, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    for b in [&idle, &busy] {
+        assert!(plan.contains(&b.pty.to_string()), "{b} listed: {plan}");
+    }
+    for b in [&unused, &guarded] {
+        assert!(
+            !plan.contains(&b.pty.to_string()),
+            "{b} not eligible: {plan}"
+        );
+    }
+    assert_eq!(live_json(&home).len(), 4, "a dry run ends nothing");
+
+    // Without a terminal and without --yes, nothing is ended.
+    let out = home.relayctl(&["gc"]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("--yes"), "{}", text(&out).1);
+
+    // One shell starts work: it is kept (tagged so) and gc ends only the idle one. (A shell
+    // that starts work between gc's listing and its end is kept by the agent's re-check:
+    // agent/tests/agent/policy.rs.)
+    session.input(&busy, b"sleep 1000\n").await.unwrap();
+    eventually("the busy shell kept for its child", || {
+        let rows = home.leases_json();
+        let tag = &row(&rows, &busy).unwrap()["tag"];
+        (tag["kind"] == "kept" && tag["why"] == "has children").then_some(())
+    });
+    let out = home.relayctl(&["gc", "--yes"]);
+    let (report, err) = text(&out);
+    assert!(out.status.success(), "{report}{err}");
+    assert!(report.contains(&idle.pty.to_string()), "{report}");
+    assert!(!report.contains(&busy.pty.to_string()), "{report}");
+    let rows = home.leases_json();
+    assert_eq!(row(&rows, &idle).unwrap()["state"], "ended");
+    assert_eq!(row(&rows, &busy).unwrap()["state"], "detached");
+
+    // kill --all: the snapshot is taken once; a protected shell is left alone and said so.
+    let out = home.relayctl(&["kill", "--all", "--workspace", "ops", "--yes"]);
+    let (summary, err) = text(&out);
+    assert!(out.status.success(), "{summary}{err}");
+    assert!(summary.contains("targets 2, ended 2"), "{summary}");
+    assert!(err.contains("protected"), "{err}");
+    let live = live_json(&home);
+    assert_eq!(live.len(), 1, "only the protected shell is live: {live:?}");
+    assert_eq!(live[0]["pty"], guarded.pty.to_string());
+
+    // Kill one shell by its pane key alone; a second kill says it is already gone.
+    let out = home.relayctl(&["kill", "ops/guarded/0", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let rows = home.leases_json();
+    let g = row(&rows, &guarded).unwrap();
+    assert_eq!(g["state"], "ended");
+    assert!(
+        g["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("killed by operator"),
+        "{g}"
+    );
+    let out = home.relayctl(&["kill", &guarded.pty.to_string(), "--yes"]);
+    assert!(
+        out.status.success(),
+        "already gone counts as done: {}",
+        text(&out).1
+    );
+    assert!(text(&out).0.contains("already gone 1"), "{}", text(&out).0);
+
+    // History: only with --all, pruned by forget.
+    assert!(live_json(&home).is_empty());
+    assert_eq!(home.leases_json().len(), 4);
+    let out = home.relayctl(&["forget", "--all"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    assert!(home.leases_json().is_empty());
+
+    // An id that matches nothing is a clear error naming it.
+    let out = home.relayctl(&["kill", "nope/nope/0", "--yes"]);
+    assert!(!out.status.success());
+    assert!(text(&out).1.contains("nope/nope/0"), "{}", text(&out).1);
+}
