@@ -209,7 +209,9 @@ pub struct Signal {
 }
 
 /// End the PTY: SIGHUP to its process group, SIGKILL after 3 s if the shell is still the agent's
-/// child.
+/// own unreaped child, then SIGKILL to what is left in the PTY's session. Answered once the
+/// signals went out (use [`End`] to wait for the confirmed outcome); refused with `Internal`
+/// naming the journal when the end cannot be recorded (nothing is signalled then).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Kill {
     /// Exact binding (rule C).
