@@ -197,6 +197,9 @@ pub struct Facts {
     pub since_ms: u64,
     /// Received input, or was started with an explicit command.
     pub used: bool,
+    /// Started with an explicit command (`relay shell -- CMD`, an app's task pane): the PTY's
+    /// own process is the work, so it counts as running something while it runs.
+    pub command: bool,
     /// Last input, if any.
     pub last_input_ms: Option<u64>,
     /// Last output, if any.
@@ -247,6 +250,8 @@ pub enum Keep {
     ChildrenUnknown,
     /// A full-screen program has the alternate screen.
     FullScreen,
+    /// The PTY runs an explicit command (its own process is the work).
+    RunningCommand,
     /// Whether a full-screen program runs is unknown (terminal model off).
     ScreenUnknown,
     /// Created by a connection that stated no policy.
@@ -263,7 +268,11 @@ impl Keep {
     pub fn is_busy(self) -> bool {
         matches!(
             self,
-            Keep::HasChildren | Keep::ChildrenUnknown | Keep::FullScreen | Keep::ScreenUnknown
+            Keep::HasChildren
+                | Keep::ChildrenUnknown
+                | Keep::FullScreen
+                | Keep::ScreenUnknown
+                | Keep::RunningCommand
         )
     }
 }
@@ -277,9 +286,10 @@ impl fmt::Display for Keep {
             Keep::HasChildren => "has children",
             Keep::ChildrenUnknown => "children unreadable",
             Keep::FullScreen => "full-screen program",
+            Keep::RunningCommand => "running its command",
             Keep::ScreenUnknown => "screen unknown",
-            Keep::NoPolicy => "no policy",
-            Keep::Used => "used",
+            Keep::NoPolicy => "no policy ends it",
+            Keep::Used => "active recently",
             Keep::GraceOff => "cleanup off",
         })
     }
@@ -385,8 +395,12 @@ pub fn decide(facts: &Facts, suggest_after: Duration, now_ms: u64) -> Verdict {
     }
 }
 
-/// The work a lease holds, if any (unknown counts as work).
-fn busy(facts: &Facts) -> Option<Keep> {
+/// The work a lease holds as far as its facts tell, if any (unknown counts as work; children
+/// not read count as none).
+pub fn busy(facts: &Facts) -> Option<Keep> {
+    if facts.command {
+        return Some(Keep::RunningCommand);
+    }
     match facts.children {
         Children::Count(n) if n > 0 => return Some(Keep::HasChildren),
         Children::Unreadable => return Some(Keep::ChildrenUnknown),
@@ -396,6 +410,15 @@ fn busy(facts: &Facts) -> Option<Keep> {
         Some(true) => Some(Keep::FullScreen),
         None => Some(Keep::ScreenUnknown),
         Some(false) => None,
+    }
+}
+
+/// As [`busy`], but only for facts that were actually read (children read, screen known): what
+/// a listing can honestly say keeps a lease before its deadline.
+pub fn known_busy(facts: &Facts) -> Option<Keep> {
+    match busy(facts)? {
+        Keep::ScreenUnknown => None,
+        keep => Some(keep),
     }
 }
 

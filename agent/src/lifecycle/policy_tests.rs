@@ -21,6 +21,7 @@ fn idle_shell() -> Facts {
         superseded: false,
         since_ms: T0,
         used: false,
+        command: false,
         last_input_ms: None,
         last_output_ms: Some(T0 - 1000),
         protected: false,

@@ -85,6 +85,7 @@ fn detached(owner: &Fake, id: PtyId, since_ms: u64) {
         superseded: false,
         since_ms,
         used: false,
+        command: false,
         last_input_ms: None,
         last_output_ms: None,
         protected: false,

@@ -10,6 +10,7 @@ use relay_protocol::{Binding, EndReason, LeaseState, PtyId};
 use super::end::{gone_or_refused, Ending};
 use super::State;
 use crate::lease::{Lease, Phase};
+use crate::lifecycle::policy::known_busy;
 use crate::lifecycle::{decide, Children, Facts, Keep, Owner, Rule, Timers, Verdict};
 use crate::pty::Pty;
 use crate::{limits, now_ms, procfs};
@@ -34,6 +35,7 @@ impl State {
             superseded: lease.phase == Phase::Superseded,
             since_ms: lease.since_ms,
             used: lease.explicit_command || last_input_ms.is_some(),
+            command: lease.explicit_command,
             last_input_ms,
             last_output_ms: pty.and_then(Pty::last_output_ms).or(lease.last_output_ms),
             protected: lease.protected,
@@ -96,7 +98,7 @@ impl State {
             Verdict::Keep(Keep::Ended) => return Err(gone),
             Verdict::Keep(keep) | Verdict::Busy(keep, _) => {
                 return Err(EndOutcome::Kept {
-                    why: format!("checked again and kept: {}", kept_words(keep)),
+                    why: format!("checked again and kept: {}", keep),
                 })
             }
             Verdict::Wait { at_ms, rule } => {
@@ -171,6 +173,11 @@ impl State {
             return Tag::Protected;
         }
         match decide(f, self.inner.config.policy.suggest_after, now) {
+            // Holding work now: it will be kept at its deadline unless that changes; say so
+            // rather than count down.
+            Verdict::Wait { .. } if known_busy(f).is_some() => Tag::Kept {
+                why: known_busy(f).expect("checked").to_string(),
+            },
             Verdict::Wait { at_ms, rule } => Tag::CleanupAt {
                 at_ms,
                 why: rule.to_string(),
@@ -183,29 +190,13 @@ impl State {
                 why: why.to_string(),
             },
             Verdict::Busy(keep, _) => Tag::Kept {
-                why: kept_words(keep).into(),
+                why: keep.to_string(),
             },
             Verdict::Keep(keep) if keep.is_busy() => Tag::Kept {
-                why: kept_words(keep).into(),
+                why: keep.to_string(),
             },
             Verdict::Keep(_) => Tag::None,
         }
-    }
-}
-
-/// Words for a keep reason in a tag or an outcome.
-fn kept_words(keep: Keep) -> &'static str {
-    match keep {
-        Keep::HasChildren => "has children",
-        Keep::ChildrenUnknown => "children unreadable",
-        Keep::FullScreen => "full-screen program",
-        Keep::ScreenUnknown => "screen unknown",
-        Keep::Attached => "attached",
-        Keep::Protected => "protected",
-        Keep::Ended => "ended",
-        Keep::NoPolicy => "no policy ends it",
-        Keep::Used => "in use",
-        Keep::GraceOff => "cleanup off",
     }
 }
 

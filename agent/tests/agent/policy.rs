@@ -43,8 +43,7 @@ pub fn end(c: &mut Client, targets: Vec<Binding>, when: EndWhen) -> EndReport {
     }
 }
 
-/// A login-less interactive-enough shell that has not received input: `sh` started by Create
-/// with no explicit command is the user's shell, so use the default spec.
+/// The user's login shell (no explicit command), never typed into.
 fn unused_shell(c: &mut Client, leaf: &str) -> Binding {
     c.create(&pane(leaf), &[]).binding
 }
@@ -149,15 +148,15 @@ fn no_policy_and_protected_shells_are_never_ended_by_a_timer() {
     assert_eq!(c.lease(legacy.pty).state, LeaseState::Detached);
 }
 
-/// A shell that was typed into.
+/// A login shell that was typed into.
 fn typed(c: &mut Client, leaf: &str, line: &str) -> Binding {
-    let b = c.create(&pane(leaf), &["sh"]).binding;
+    let b = unused_shell(c, leaf);
     c.input(&b, line).unwrap();
     b
 }
 
 /// Used shells holding work are kept even under an opted-in idle expiry: a foreground
-/// `sleep`, a background job, `vi`. An idle used shell at its prompt is ended under the same
+/// `sleep`, a background job, `vi`, a pane whose own process is its command. An idle used shell at its prompt is ended under the same
 /// policy (so "kept" above is the policy's doing), and a shell waiting in `read` is kept by the
 /// default policy (idle expiry off).
 #[test]
@@ -170,6 +169,7 @@ fn shells_holding_work_are_kept_and_an_idle_one_is_not() {
     let job = typed(&mut c, "job", "sleep 3601 &\n");
     let vi = typed(&mut c, "vi", "vi\n");
     let idle = typed(&mut c, "idle", "echo hi\n");
+    let command = c.create(&pane("command"), &["sleep", "3603"]).binding;
     for b in [&sleeping, &job, &vi] {
         let pid = c.lease(b.pty).pid.unwrap();
         assert!(
@@ -179,8 +179,7 @@ fn shells_holding_work_are_kept_and_an_idle_one_is_not() {
     }
     let mut reader = home.client();
     set_policy(&mut reader, "unused=1s").unwrap();
-    let waiting = reader.create(&pane("read"), &["sh"]).binding;
-    reader.input(&waiting, "read answer\n").unwrap();
+    let waiting = typed(&mut reader, "read", "read answer\n");
 
     assert!(
         ended_by_policy(&mut c, &idle, WAIT),
@@ -189,9 +188,14 @@ fn shells_holding_work_are_kept_and_an_idle_one_is_not() {
     let detail = row(&mut c, idle.pty).detail.unwrap_or_default();
     assert!(detail.starts_with("policy: used, idle 2s"), "{detail}");
     std::thread::sleep(Duration::from_secs(2));
-    for b in [&sleeping, &job, &vi, &waiting] {
+    for b in [&sleeping, &job, &vi, &waiting, &command] {
         assert_eq!(c.lease(b.pty).state, LeaseState::Detached, "{b} kept");
     }
+    let tag = row(&mut c, command.pty).tag;
+    assert!(
+        matches!(&tag, Tag::Kept { why } if why == "running its command"),
+        "{tag:?}"
+    );
     for b in [&sleeping, &job, &vi] {
         let tag = row(&mut c, b.pty).tag;
         assert!(
@@ -199,7 +203,11 @@ fn shells_holding_work_are_kept_and_an_idle_one_is_not() {
             "{b}: {tag:?}"
         );
     }
-    end(&mut c, vec![sleeping, job, vi, waiting], EndWhen::Always);
+    end(
+        &mut c,
+        vec![sleeping, job, vi, waiting, command],
+        EndWhen::Always,
+    );
 }
 
 /// "End all eligible" re-verifies each target when it ends it: a shell that started work between
@@ -210,8 +218,8 @@ fn end_all_eligible_keeps_a_shell_that_became_busy() {
     home.start_daemon_with(&[("RELAY_SUGGEST_AFTER", "1s")]);
     let mut c = home.client();
     set_policy(&mut c, "").unwrap();
-    let quiet = c.create(&pane("quiet"), &["sh"]).binding;
-    let busy = c.create(&pane("busy"), &["sh"]).binding;
+    let quiet = typed(&mut c, "quiet", "echo hi\n");
+    let busy = typed(&mut c, "busy", "echo hi\n");
     let suggested =
         |c: &mut Client, b: &Binding| matches!(row(c, b.pty).tag, Tag::Suggested { .. });
     assert!(wait_until(WAIT, || suggested(&mut c, &quiet)

@@ -39,6 +39,7 @@ impl Home {
             .prefix("ra-")
             .tempdir_in("/tmp")
             .expect("temp dir");
+        std::fs::create_dir(dir.path().join("home")).expect("the shells' HOME");
         Home { dir }
     }
 
@@ -62,7 +63,11 @@ impl Home {
             .env("RELAY_LOG", "debug")
             // A loaded test machine may need longer than the default 500 ms to drain a PTY that
             // exited; tests compare exact output before `Exited`.
-            .env("RELAY_EXIT_OUTPUT_GRACE_MS", "5000");
+            .env("RELAY_EXIT_OUTPUT_GRACE_MS", "5000")
+            // Login shells read no dotfiles of the machine's user: a slow or locking profile
+            // (seen: a pyenv rehash lock left by a shell killed during its startup) must not
+            // decide whether a test passes.
+            .env("HOME", self.path().join("home"));
         c
     }
 

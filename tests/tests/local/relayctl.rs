@@ -45,11 +45,15 @@ async fn create(session: &Session, leaf: &str, spec: SpawnSpec) -> Binding {
 async fn relayctl_tags_protects_gcs_and_kills_exactly() {
     let home = TestHome::with_env(&[("RELAY_UNUSED_GRACE", "1h"), ("RELAY_SUGGEST_AFTER", "1s")]);
     let session = home.session().await;
+    // Login shells (a command pane counts as running something and is never suggested).
     let unused = create(&session, "unused", SpawnSpec::default()).await;
-    let idle = create(&session, "idle", sh("read x; echo got $x; exec sh")).await;
-    let busy = create(&session, "busy", sh("exec sh")).await;
-    let guarded = create(&session, "guarded", sh("exec sh")).await;
-    session.input(&idle, b"go\n").await.unwrap();
+    let idle = create(&session, "idle", SpawnSpec::default()).await;
+    let busy = create(&session, "busy", SpawnSpec::default()).await;
+    let guarded = create(&session, "guarded", SpawnSpec::default()).await;
+    for b in [&idle, &busy, &guarded] {
+        session.input(b, b"echo typed\n").await.unwrap();
+    }
+    let job = create(&session, "job", sh("sleep 1000")).await;
 
     // Tags: the unused shell's cleanup is scheduled; the others become suggested when idle 1 s.
     eventually("tags", || {
@@ -58,6 +62,9 @@ async fn relayctl_tags_protects_gcs_and_kills_exactly() {
             && tag_kind(&home, &busy) == "suggested")
             .then_some(())
     });
+    let rows = home.leases_json();
+    let job_tag = &row(&rows, &job).unwrap()["tag"];
+    assert_eq!(job_tag["why"], "running its command", "{job_tag}");
     let out = home.relayctl(&["leases"]);
     let (table, _) = text(&out);
     assert!(table.lines().next().unwrap().contains("TAG"), "{table}");
@@ -78,13 +85,13 @@ async fn relayctl_tags_protects_gcs_and_kills_exactly() {
     for b in [&idle, &busy] {
         assert!(plan.contains(&b.pty.to_string()), "{b} listed: {plan}");
     }
-    for b in [&unused, &guarded] {
+    for b in [&unused, &guarded, &job] {
         assert!(
             !plan.contains(&b.pty.to_string()),
             "{b} not eligible: {plan}"
         );
     }
-    assert_eq!(live_json(&home).len(), 4, "a dry run ends nothing");
+    assert_eq!(live_json(&home).len(), 5, "a dry run ends nothing");
 
     // Without a terminal and without --yes, nothing is ended.
     let out = home.relayctl(&["gc"]);
@@ -113,7 +120,7 @@ async fn relayctl_tags_protects_gcs_and_kills_exactly() {
     let out = home.relayctl(&["kill", "--all", "--workspace", "ops", "--yes"]);
     let (summary, err) = text(&out);
     assert!(out.status.success(), "{summary}{err}");
-    assert!(summary.contains("targets 2, ended 2"), "{summary}");
+    assert!(summary.contains("targets 3, ended 3"), "{summary}");
     assert!(err.contains("protected"), "{err}");
     let live = live_json(&home);
     assert_eq!(live.len(), 1, "only the protected shell is live: {live:?}");
@@ -142,7 +149,7 @@ async fn relayctl_tags_protects_gcs_and_kills_exactly() {
 
     // History: only with --all, pruned by forget.
     assert!(live_json(&home).is_empty());
-    assert_eq!(home.leases_json().len(), 4);
+    assert_eq!(home.leases_json().len(), 5);
     let out = home.relayctl(&["forget", "--all"]);
     assert!(out.status.success(), "{}", text(&out).1);
     assert!(home.leases_json().is_empty());
