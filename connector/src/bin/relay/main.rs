@@ -10,6 +10,7 @@ mod common;
 mod escape;
 mod input;
 mod modes;
+mod policy;
 mod screen;
 mod shell;
 mod status;

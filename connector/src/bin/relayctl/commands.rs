@@ -97,10 +97,12 @@ async fn leases(
         writeln!(out, "{}", render::leases_json(&rows))?;
     } else if rows.is_empty() {
         let hidden = listing.rows.len();
-        let hint = if hidden > 0 {
-            format!(" ({hidden} hidden by the filters; `--all` shows ended ones)")
-        } else {
-            String::new()
+        let filtered = filter.workspace.is_some() || !filter.states.is_empty();
+        let hint = match (hidden, filtered, filter.all) {
+            (0, _, _) => String::new(),
+            (n, true, _) => format!(" ({n} not matching the filters)"),
+            (n, false, false) => format!(" ({n} ended; `--all` shows them)"),
+            (_, false, true) => String::new(),
         };
         eprintln!("no leases on {destination}{hint}");
     } else {

@@ -69,7 +69,7 @@ impl Ctl<'_> {
     /// Shows `rows`, asks, ends exactly their bindings and prints the summary.
     async fn end(&self, rows: &[&LeaseRow], when: EndWhen, yes: bool) -> anyhow::Result<Outcome> {
         let mut out = std::io::stdout().lock();
-        write!(out, "{}", targets_table(rows))?;
+        write!(out, "{}", targets_table(rows, crate::render::now_ms()))?;
         out.flush()?;
         let question = format!("end these {} shell(s) on {}?", rows.len(), self.destination);
         if !confirm(&question, yes).await? {

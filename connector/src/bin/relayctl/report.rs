@@ -3,14 +3,23 @@
 //! (why), kept N, unverified N`). No IO.
 
 use relay_connector::{GcPlan, KillSummary};
-use relay_protocol::message::{EndOutcome, EndResult, Forgot, LeaseRow};
+use relay_protocol::message::{EndOutcome, EndResult, Forgot, LeaseRow, Tag};
 
-use crate::render::{align, cell, clean, command};
+use crate::render::{align, cell, clean, command, tag_text};
 use crate::Outcome;
 
-/// The shells a command is about to end: PANE PTY PID STATE COMMAND.
-pub fn targets_table(rows: &[&LeaseRow]) -> String {
-    table(rows.iter().map(|r| (*r, None)))
+/// The shells a command is about to end: PANE PTY PID STATE COMMAND TAG, the tag saying what
+/// the operator would end (`protected`, `kept: has children`) as of `now_ms` (ms since the
+/// Unix epoch); without tags (an older agent) no TAG column.
+pub fn targets_table(rows: &[&LeaseRow], now_ms: u64) -> String {
+    let tags: Vec<Option<String>> = rows
+        .iter()
+        .map(|r| (r.tag != Tag::None).then(|| tag_text(r, now_ms)))
+        .collect();
+    table(
+        rows.iter().zip(&tags).map(|(r, t)| (*r, t.as_deref())),
+        "TAG",
+    )
 }
 
 /// The shells `gc` would end, with why: PANE PTY PID STATE COMMAND WHY.
@@ -19,11 +28,15 @@ pub fn gc_table(plan: &GcPlan) -> String {
         plan.candidates
             .iter()
             .map(|c| (&c.row, Some(c.why.as_str()))),
+        "WHY",
     )
 }
 
-fn table<'a>(rows: impl Iterator<Item = (&'a LeaseRow, Option<&'a str>)>) -> String {
-    let mut lines = vec![["PANE", "PTY", "PID", "STATE", "COMMAND", "WHY"]
+fn table<'a>(
+    rows: impl Iterator<Item = (&'a LeaseRow, Option<&'a str>)>,
+    last: &str,
+) -> String {
+    let mut lines = vec![["PANE", "PTY", "PID", "STATE", "COMMAND", last]
         .map(String::from)
         .to_vec()];
     let mut with_why = false;

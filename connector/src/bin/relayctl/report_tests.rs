@@ -165,7 +165,7 @@ fn target_tables_show_what_will_end_and_gc_says_why() {
         policy: None,
     };
     let named = row(1, Tag::None);
-    let t = targets_table(&[&named]);
+    let t = targets_table(&[&named], 0);
     assert_eq!(
         t.lines()
             .next()
@@ -178,6 +178,15 @@ fn target_tables_show_what_will_end_and_gc_says_why() {
         t.contains("w/t/0   00000000000000ab.1   4001   detached   (login shell)"),
         "{t}"
     );
+    let busy = row(
+        3,
+        Tag::Kept {
+            why: "has children".into(),
+        },
+    );
+    let t = targets_table(&[&named, &busy], 0);
+    assert!(t.lines().next().unwrap().ends_with("TAG"), "{t}");
+    assert!(t.contains("kept: has children"), "the operator sees what runs: {t}");
     let plan = GcPlan {
         candidates: vec![GcCandidate {
             row: row(

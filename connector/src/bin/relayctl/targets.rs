@@ -187,10 +187,15 @@ fn live_of<'a>(rows: &'a [LeaseRow], pane: &PaneKey) -> anyhow::Result<&'a Lease
             "no pane {pane} on this host; list the panes with `relayctl leases --all`"
         ),
         ([], Some(last)) => anyhow::bail!(
-            "pane {pane} has no live shell (its last PTY {} is {}); name a PTY id from \
-             `relayctl leases --all` instead",
+            "pane {pane} has no live shell: its last PTY {} is {}{}; nothing to act on \
+             (`relayctl leases --all` shows its history)",
             last.info.binding.pty,
-            last.info.state
+            last.info.state,
+            last.info
+                .reason
+                .as_ref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
         ),
         (several, _) => anyhow::bail!(
             "pane {pane} has {} live PTYs ({}); name one by its PTY id",
