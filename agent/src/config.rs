@@ -95,10 +95,12 @@ impl Config {
         if let Some(v) = setting("RELAY_IDLE_EXPIRY")? {
             c.policy.idle_expiry = v;
         }
-        if let Some(v) = setting("RELAY_SUGGEST_AFTER")? {
-            c.policy.suggest_after = v.ok_or_else(|| {
-                "RELAY_SUGGEST_AFTER cannot be off; give a duration such as 1d".to_string()
-            })?;
+        match std::env::var("RELAY_SUGGEST_AFTER") {
+            Ok(v) if !v.trim().is_empty() => {
+                c.policy.suggest_after = policy::parse_duration(&v)
+                    .map_err(|e| format!("RELAY_SUGGEST_AFTER: {e} (it cannot be off)"))?;
+            }
+            _ => {}
         }
         if let Ok(v) = std::env::var("RELAY_AGENT_ADVERTISE_VERSION") {
             if !v.is_empty() {
@@ -126,7 +128,9 @@ fn scrollback_lines(v: &str) -> Result<usize, String> {
 /// A lifecycle duration setting: unset → `None`; `off` → `Some(None)`; a duration → its value.
 fn setting(var: &str) -> Result<Option<Option<Duration>>, String> {
     match std::env::var(var) {
+        // Set but empty counts as unset (as `relay` reads these variables too).
         Err(_) => Ok(None),
+        Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => policy::parse_setting(&v)
             .map(Some)
             .map_err(|e| format!("{var}: {e}")),

@@ -69,7 +69,7 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
             });
             return None;
         }
-        Request::Forget(f) => Ok(Response::Forgot(state.forget(&f.ptys))),
+        Request::Forget(f) => state.forget(&f.ptys).map(Response::Forgot),
     };
     let reply = result.unwrap_or_else(Response::Error);
     Some(if session.knows_lifecycle() {

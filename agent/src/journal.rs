@@ -355,9 +355,8 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
         } => table.mark_ending(&pty, reason, detail),
         Record::EndCancelled { pty } => table.cancel_ending(&pty),
         Record::Detail { pty, detail } => {
-            let known = table.get(&pty).is_some();
             table.set_detail(&pty, detail);
-            known
+            table.confirm_end(&pty)
         }
         Record::Superseded { pty, at_ms } => table.supersede(&pty, at_ms),
         Record::Forget { ptys } => {
@@ -416,6 +415,12 @@ pub fn records_of(table: &LeaseTable) -> Vec<Record> {
                 at_ms: l.since_ms,
                 detail: l.detail.clone(),
             });
+            if l.end_confirmed {
+                out.push(Record::Detail {
+                    pty: l.binding.pty,
+                    detail: l.detail.clone().unwrap_or_default(),
+                });
+            }
         }
     }
     out

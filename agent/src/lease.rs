@@ -68,6 +68,9 @@ pub struct Lease {
     pub explicit_command: bool,
     /// Detail of the end (`policy: never used, detached 10m`, `killed by operator; SIGHUP`).
     pub detail: Option<String>,
+    /// A requested end finished its sweep of the PTY's session (recorded by a `Detail` record);
+    /// a killed lease without it may have left processes that the next daemon sweeps.
+    pub end_confirmed: bool,
     /// When the PTY was created (ms since the Unix epoch).
     pub created_ms: u64,
     /// When the lease entered its current state (ms since the Unix epoch).
@@ -93,6 +96,7 @@ impl Lease {
             policy: None,
             explicit_command: false,
             detail: None,
+            end_confirmed: false,
             created_ms: now_ms,
             since_ms: now_ms,
             bytes_out: 0,
@@ -386,6 +390,28 @@ impl LeaseTable {
         if let Some(l) = self.get_mut(pty) {
             l.detail = Some(detail);
         }
+    }
+
+    /// Notes that a requested end of `pty` finished (its session was swept). Returns false for
+    /// an unknown PTY.
+    pub fn confirm_end(&mut self, pty: &PtyId) -> bool {
+        self.get_mut(pty).map(|l| l.end_confirmed = true).is_some()
+    }
+
+    /// Ended leases of earlier incarnations whose requested end (kill, policy) never finished
+    /// its sweep: their daemon died in between, so processes of their sessions may be left.
+    pub fn unswept(&self) -> impl Iterator<Item = &Lease> {
+        self.leases().filter(|l| {
+            l.binding.pty.incarnation != self.incarnation
+                && !l.end_confirmed
+                && matches!(
+                    &l.phase,
+                    Phase::Ended {
+                        reason: EndReason::Killed | EndReason::Expired,
+                        ..
+                    }
+                )
+        })
     }
 
     /// Forgets ended leases: `ptys`, or every ended one when empty. Returns the forgotten ones;

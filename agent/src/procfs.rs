@@ -108,6 +108,33 @@ fn is_member(st: &Stat, leader: u32, leader_ticks: u64) -> bool {
     st.session == leader as i32 && st.start_ticks >= leader_ticks && !st.is_gone()
 }
 
+/// Every live process's stat, read once (for a listing that looks at many leases).
+pub fn snapshot() -> io::Result<Vec<(u32, Stat)>> {
+    Ok(processes()?.filter(|(_, st)| !st.is_gone()).collect())
+}
+
+/// The work a PTY's shell `leader` holds: the live processes of its session other than the shell
+/// (what an end would SIGKILL; a job reparented by `nohup` or `(cmd &)` is still there) and its
+/// live children (one that left the session with `setsid` still counts: conservative). `all` is
+/// a [`snapshot`]; `leader_ticks` the shell's start time when known (without it, only the
+/// children count).
+pub fn work_count(all: &[(u32, Stat)], leader: u32, leader_ticks: Option<u64>) -> u32 {
+    all.iter()
+        .filter(|(pid, st)| {
+            *pid != leader
+                && (st.ppid == leader || leader_ticks.is_some_and(|t| is_member(st, leader, t)))
+        })
+        .count() as u32
+}
+
+/// Whether process `pid` now runs another program than `program` (it `exec`ed something, e.g.
+/// `exec ssh host` typed into a login shell). `None` when either cannot be resolved.
+pub fn runs_other_program(pid: u32, program: &std::path::Path) -> Option<bool> {
+    let exe = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let program = fs::canonicalize(program).ok()?;
+    Some(exe != program)
+}
+
 /// SIGKILLs every member of the session led by `leader` (see [`session_members`]), checking each
 /// process's session and start time again right before its signal. Returns how many were sent.
 pub fn kill_session(leader: u32, leader_ticks: u64) -> u32 {
@@ -167,5 +194,42 @@ mod tests {
         assert!(!children(me).unwrap().contains(&child.id()));
         child.wait().unwrap();
         assert!(own_rss_bytes() > 1024 * 1024);
+    }
+
+    #[test]
+    fn work_counts_a_reparented_job_of_the_session_and_exec_is_seen() {
+        use std::os::unix::process::CommandExt;
+        // A session leader like a PTY's shell, whose job left it as a child: `(sleep &)`.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "(sleep 1000 &); exec sleep 1001"]);
+        // SAFETY: setsid is async-signal-safe and touches nothing of the parent.
+        unsafe {
+            cmd.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(io::Error::from));
+        }
+        let mut leader = cmd.spawn().unwrap();
+        let pid = leader.id();
+        let ticks = stat(pid).unwrap().start_ticks;
+        let mut found = 0;
+        for _ in 0..50 {
+            found = work_count(&snapshot().unwrap(), pid, Some(ticks));
+            if found == 1 && runs_other_program(pid, std::path::Path::new("/bin/sh")) == Some(true)
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(found, 1, "the reparented job counts as work");
+        assert_eq!(
+            work_count(&snapshot().unwrap(), pid, None),
+            0,
+            "no child of its own"
+        );
+        assert_eq!(
+            runs_other_program(pid, std::path::Path::new("/bin/sh")),
+            Some(true)
+        );
+        assert_eq!(kill_session(pid, ticks), 1);
+        leader.kill().unwrap();
+        leader.wait().unwrap();
     }
 }

@@ -76,6 +76,10 @@ pub struct Pty {
     start_ticks: Option<u64>,
     /// Replaced by a newer PTY for its pane (rule D); fenced requests refuse it.
     superseded: AtomicBool,
+    /// An end was started ([`Pty::kill`]); later requests share its outcome.
+    killing: AtomicBool,
+    /// What the end did, once known.
+    kill_outcome: watch::Sender<Option<kill::KillOutcome>>,
     size: Mutex<TermSize>,
     /// The terminal model, unless the daemon runs with it off.
     screen: Option<ScreenFeed>,
@@ -163,6 +167,8 @@ impl Pty {
             last_input_ms: AtomicU64::new(0),
             start_ticks: crate::procfs::stat(pid).map(|st| st.start_ticks),
             superseded: AtomicBool::new(false),
+            killing: AtomicBool::new(false),
+            kill_outcome: watch::Sender::new(None),
             size: Mutex::new(size),
             screen,
         });

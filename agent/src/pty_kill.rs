@@ -5,20 +5,25 @@
 //! pid, is not reused while the session has members; members are also checked to have started
 //! no earlier than the shell (see [`crate::procfs::kill_session`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 use super::Pty;
 use crate::procfs;
 
 /// How often a kill in progress looks whether the shell is reaped and its session empty.
 const POLL: Duration = Duration::from_millis(50);
-/// How long SIGKILLed session members may take to disappear before they count as left.
+/// How long the sweep keeps SIGKILLing what is in the session (a job may fork while it runs)
+/// before what is still there counts as left.
 const KILL_WAIT: Duration = Duration::from_secs(1);
+
+/// The outcome of an end, `None` until it is known.
+pub type KillWatch = watch::Receiver<Option<KillOutcome>>;
 
 /// What an end did, for the lease's detail and the kill summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,23 +71,29 @@ fn processes(n: u32) -> String {
 
 impl Pty {
     /// Ends the PTY (see the module docs). Returns at once: `None` when the shell had already
-    /// been reaped (nothing was signalled), else a receiver of what the end did, sent once the
-    /// shell is reaped and its session empty, or after the grace and the SIGKILLs.
-    pub fn kill(self: &Arc<Self>, grace: Duration) -> Option<oneshot::Receiver<KillOutcome>> {
+    /// been reaped and no end was in progress (nothing was signalled), else a watch of what the
+    /// end did, set once the shell is reaped and its session empty, or after the grace and the
+    /// SIGKILLs. A second call while an end is in progress shares that end's outcome.
+    pub fn kill(self: &Arc<Self>, grace: Duration) -> Option<KillWatch> {
+        let outcome = self.kill_outcome.subscribe();
+        if self.killing.swap(true, Ordering::AcqRel) {
+            return Some(outcome);
+        }
         if !self.signal_group_if_ours(Signal::SIGHUP) {
+            self.killing.store(false, Ordering::Release);
             return None;
         }
-        let (tx, rx) = oneshot::channel();
         let pty = Arc::clone(self);
         let spawn = thread::Builder::new()
             .name("relay-kill".into())
             .spawn(move || {
-                let _ = tx.send(pty.finish_kill(grace));
+                let done = pty.finish_kill(grace);
+                pty.kill_outcome.send_replace(Some(done));
             });
         if let Err(e) = spawn {
             tracing::warn!("could not start the SIGKILL timer: {e}");
         }
-        Some(rx)
+        Some(outcome)
     }
 
     /// The rest of [`Pty::kill`], on its own thread.
@@ -115,21 +126,24 @@ impl Pty {
                 left: None,
             };
         };
-        let session_killed = procfs::kill_session(self.pid, ticks);
-        if session_killed > 0 {
-            tracing::warn!(
-                binding = %self.binding,
-                "{session_killed} process(es) left in the PTY's session after {grace:?} got SIGKILL"
-            );
-        }
+        // Repeated: a job may fork while it is being killed.
+        let mut session_killed = 0;
         let until = Instant::now() + KILL_WAIT;
         let left = loop {
+            session_killed += procfs::kill_session(self.pid, ticks);
+            thread::sleep(POLL);
             let left = procfs::session_members(self.pid, ticks).len() as u32;
             if left == 0 || Instant::now() >= until {
                 break left;
             }
-            thread::sleep(POLL);
         };
+        if session_killed > 0 {
+            tracing::warn!(
+                binding = %self.binding,
+                left,
+                "{session_killed} process(es) left in the PTY's session after {grace:?} got SIGKILL"
+            );
+        }
         KillOutcome {
             shell_sigkill,
             session_killed,

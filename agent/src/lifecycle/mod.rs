@@ -12,4 +12,4 @@ pub mod timers;
 pub use policy::{
     decide, Children, Facts, HostPolicy, Keep, LeasePolicy, Rule, SuggestWhy, Verdict,
 };
-pub use timers::{Owner, Timers};
+pub use timers::{Owner, PolicyEnd, Timers};

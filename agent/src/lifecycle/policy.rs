@@ -108,7 +108,9 @@ pub fn resolve_spec(spec: &str, host: &HostPolicy) -> Result<LeasePolicy, String
         *slot = match value {
             "off" => Value::Off,
             "default" => Value::Default,
-            v => Value::After(parse_duration(v).map_err(|e| format!("policy {name}: {e}"))?),
+            v => Value::After(
+                parse_duration(v).map_err(|e| format!("policy {name}: {e}, or off, or default"))?,
+            ),
         };
         seen.push(name);
     }
@@ -130,7 +132,9 @@ pub fn resolve_spec(spec: &str, host: &HostPolicy) -> Result<LeasePolicy, String
 pub fn parse_setting(v: &str) -> Result<Option<Duration>, String> {
     match v.trim() {
         "off" => Ok(None),
-        other => parse_duration(other).map(Some),
+        other => parse_duration(other)
+            .map(Some)
+            .map_err(|e| format!("{e}, or off")),
     }
 }
 
@@ -141,7 +145,7 @@ pub fn parse_setting(v: &str) -> Result<Option<Duration>, String> {
 /// A missing or unknown unit, a non-number, or a value out of bounds, with an example.
 pub fn parse_duration(v: &str) -> Result<Duration, String> {
     let v = v.trim();
-    let bad = || format!("{v:?} is not a duration; write e.g. 90s, 10m, 1h or 7d, or off");
+    let bad = || format!("{v:?} is not a duration; write e.g. 90s, 10m, 1h or 7d");
     let unit = v.chars().last().ok_or_else(bad)?;
     let secs_per = match unit {
         's' => 1,
@@ -150,10 +154,14 @@ pub fn parse_duration(v: &str) -> Result<Duration, String> {
         'd' => 86_400,
         _ => return Err(bad()),
     };
-    let n: u64 = v[..v.len() - 1].parse().map_err(|_| bad())?;
+    let digits = &v[..v.len() - unit.len_utf8()];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let n: u64 = digits.parse().map_err(|_| bad())?;
     let d = Duration::from_secs(n.checked_mul(secs_per).ok_or_else(bad)?);
     if d < MIN_DURATION || d > MAX_DURATION {
-        return Err(format!("{v:?} is out of bounds; use 1s to 90d, or off"));
+        return Err(format!("{v:?} is out of bounds; use 1s to 90d"));
     }
     Ok(d)
 }

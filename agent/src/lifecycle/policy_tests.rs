@@ -312,6 +312,8 @@ fn unknown_or_unbounded_conditions_are_refused() {
         ("idle=10", "not a duration"),
         ("idle=ten minutes", "not a duration"),
         ("idle=99999999999999999d", "not a duration"),
+        ("idle=+5s", "not a duration"),
+        ("idle=5é", "not a duration"),
     ] {
         let err = resolve_spec(spec, &host).unwrap_err();
         assert!(err.contains(says), "{spec:?}: {err}");

@@ -15,6 +15,21 @@ use tokio::task::AbortHandle;
 
 use super::policy::{decide, Facts, Rule, Verdict, RECHECK_BUSY};
 
+/// How long after a policy end that could not be carried out (the journal could not record it)
+/// it is tried again.
+pub const RETRY_FAILED: Duration = Duration::from_secs(60);
+
+/// What became of a policy end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyEnd {
+    /// Signals went out (or the shell had just ended by itself).
+    Started,
+    /// A fact changed between the re-check and the end: decide again.
+    Changed,
+    /// It could not be carried out now (e.g. a full disk): try again after [`RETRY_FAILED`].
+    Failed,
+}
+
 /// What the timers need from the daemon.
 pub trait Owner: Clone + Send + Sync + 'static {
     /// The lease's facts now, `None` when it is unknown or ended. `read_children` asks for its
@@ -22,8 +37,7 @@ pub trait Owner: Clone + Send + Sync + 'static {
     fn facts(&self, pty: &PtyId, read_children: bool) -> Option<Facts>;
     /// Ends the lease by `rule` if the facts that only events change (attached, protected,
     /// used, last input, policy) are still those in `seen`, atomically with those events.
-    /// Returns whether the end was started.
-    fn end_by_policy(&self, pty: &PtyId, rule: Rule, seen: &Facts) -> bool;
+    fn end_by_policy(&self, pty: &PtyId, rule: Rule, seen: &Facts) -> PolicyEnd;
     /// The clock the facts use (ms since the Unix epoch).
     fn now_ms(&self) -> u64;
     /// The host's "cleanup suggested" age.
@@ -113,11 +127,16 @@ fn fire<O: Owner>(owner: &O, pty: PtyId) {
     match decide(&facts, owner.suggest_after(), now) {
         Verdict::End(rule) => {
             timers.lock().remove(&pty);
-            if owner.end_by_policy(&pty, rule, &facts) {
-                tracing::info!(%pty, %rule, "lifecycle: ending by policy after re-verifying");
-            } else {
+            match owner.end_by_policy(&pty, rule, &facts) {
+                PolicyEnd::Started => {
+                    tracing::info!(%pty, %rule, "lifecycle: ending by policy after re-verifying")
+                }
                 // Something changed between the read and the end: decide again from scratch.
-                timers.arm(owner, pty);
+                PolicyEnd::Changed => timers.arm(owner, pty),
+                PolicyEnd::Failed => {
+                    let at = now + RETRY_FAILED.as_millis() as u64;
+                    timers.schedule(owner, pty, at);
+                }
             }
         }
         Verdict::Busy(keep, rule) => {

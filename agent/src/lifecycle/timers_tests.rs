@@ -8,6 +8,7 @@ use relay_protocol::Incarnation;
 
 use super::*;
 use crate::lifecycle::policy::{Children, LeasePolicy, DEFAULT_SUGGEST_AFTER};
+use crate::lifecycle::PolicyEnd;
 
 const GRACE: u64 = 10 * 60_000;
 
@@ -21,6 +22,7 @@ struct FakeInner {
     start: Mutex<Option<tokio::time::Instant>>,
     facts: Mutex<HashMap<PtyId, Facts>>,
     ended: Mutex<Vec<(PtyId, Rule)>>,
+    journal_full: Mutex<bool>,
     timers: Timers,
 }
 
@@ -42,16 +44,19 @@ impl Owner for Fake {
         }
         Some(f)
     }
-    fn end_by_policy(&self, pty: &PtyId, rule: Rule, seen: &Facts) -> bool {
+    fn end_by_policy(&self, pty: &PtyId, rule: Rule, seen: &Facts) -> PolicyEnd {
+        if *self.inner.journal_full.lock().unwrap() {
+            return PolicyEnd::Failed;
+        }
         let mut all = self.inner.facts.lock().unwrap();
         let now = all.get_mut(pty).unwrap();
         if now.attached != seen.attached || now.used != seen.used || now.protected != seen.protected
         {
-            return false;
+            return PolicyEnd::Changed;
         }
         now.running = false;
         self.inner.ended.lock().unwrap().push((*pty, rule));
-        true
+        PolicyEnd::Started
     }
     fn now_ms(&self) -> u64 {
         let start = *self
@@ -210,4 +215,22 @@ async fn leases_without_a_policy_or_used_ones_arm_nothing() {
     assert!(owner.timers().is_empty());
     advance_ms(100 * GRACE).await;
     assert!(owner.ended().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_end_that_could_not_be_recorded_is_tried_again_later() {
+    let owner = Fake::default();
+    let a = pty(1);
+    detached(&owner, a, owner.now_ms());
+    *owner.inner.journal_full.lock().unwrap() = true;
+    owner.timers().arm(&owner, a);
+    advance_ms(GRACE + 1).await;
+    assert!(owner.ended().is_empty());
+    assert!(
+        owner.timers().is_armed(&a),
+        "not dropped: tried again later"
+    );
+    *owner.inner.journal_full.lock().unwrap() = false;
+    advance_ms(RETRY_FAILED.as_millis() as u64 + 1).await;
+    assert_eq!(owner.ended(), vec![(a, Rule::Unused(GRACE))]);
 }

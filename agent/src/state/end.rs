@@ -12,13 +12,12 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use relay_protocol::message::{End, EndOutcome, EndReport, EndResult, EndWhen, Kill};
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, PtyId};
-use tokio::sync::oneshot;
 
 use super::State;
 use crate::journal::Record;
 use crate::lease::Lease;
 use crate::now_ms;
-use crate::pty::kill::KillOutcome;
+use crate::pty::kill::KillWatch;
 use crate::pty::Pty;
 
 /// Beyond the kill grace, how long an end may take to be confirmed (SIGKILL, reaping, the
@@ -28,7 +27,7 @@ const CONFIRM_SLACK: Duration = Duration::from_secs(3);
 /// An end whose signals went out.
 pub(super) struct Ending {
     pty: Arc<Pty>,
-    outcome: oneshot::Receiver<KillOutcome>,
+    outcome: KillWatch,
     detail: String,
 }
 
@@ -212,7 +211,11 @@ impl State {
     pub(super) async fn finish_end(&self, ending: Ending) -> EndOutcome {
         let grace = self.inner.config.kill_grace;
         let limit = grace + CONFIRM_SLACK;
-        let outcome = tokio::time::timeout(limit, ending.outcome).await;
+        let mut outcome = ending.outcome;
+        let outcome = tokio::time::timeout(limit, outcome.wait_for(|o| o.is_some()))
+            .await
+            .ok()
+            .and_then(|r| r.ok().and_then(|o| *o));
         let mut watch = ending.pty.watch();
         let exit = tokio::time::timeout(CONFIRM_SLACK, watch.wait_for(|p| p.exit.is_some()))
             .await
@@ -220,8 +223,8 @@ impl State {
             .and_then(|r| r.ok())
             .and_then(|p| p.exit.clone());
         let pty_id = ending.pty.binding().pty;
-        let done = match (&outcome, &exit) {
-            (Ok(Ok(done)), Some(_)) => *done,
+        let done = match (outcome, &exit) {
+            (Some(done), Some(_)) => done,
             _ => {
                 let why = format!(
                     "signals sent, but the end was not confirmed within {}s (pid {}); check \
@@ -242,8 +245,16 @@ impl State {
                 detail: detail.clone(),
             },
         );
-        self.book().set_detail(&pty_id, detail.clone());
+        {
+            let mut book = self.book();
+            book.set_detail(&pty_id, detail.clone());
+            book.confirm_end(&pty_id);
+        }
         drop(journal);
+        if done.left.is_some_and(|n| n > 0) {
+            // The shell ended, but processes of its session would not die: say so.
+            return EndOutcome::Unverified { why: detail };
+        }
         EndOutcome::Ended {
             exit: exit.map(|e| e.status),
             detail,
@@ -275,7 +286,11 @@ impl State {
                 wait_all_ended(&ptys, grace).await;
             }
             // The kill threads sweep the sessions at the grace; wait for them (bounded).
-            let sweeps = futures_util::future::join_all(outcomes);
+            let sweeps = futures_util::future::join_all(
+                outcomes
+                    .into_iter()
+                    .map(|mut o| async move { o.wait_for(|o| o.is_some()).await.is_ok() }),
+            );
             let _ = tokio::time::timeout(grace + CONFIRM_SLACK, sweeps).await;
         }
         if let Err(e) = self.journal().seal() {

@@ -11,9 +11,12 @@ use super::end::{gone_or_refused, Ending};
 use super::State;
 use crate::lease::{Lease, Phase};
 use crate::lifecycle::policy::known_busy;
-use crate::lifecycle::{decide, Children, Facts, Keep, Owner, Rule, Timers, Verdict};
+use crate::lifecycle::{decide, Children, Facts, Keep, Owner, PolicyEnd, Rule, Timers, Verdict};
 use crate::pty::Pty;
 use crate::{limits, now_ms, procfs};
+
+/// A read of the process table, or why it failed.
+type Procs = std::io::Result<Vec<(u32, procfs::Stat)>>;
 
 impl State {
     /// (Re-)arms `pty`'s lifecycle timer from its facts now.
@@ -45,28 +48,43 @@ impl State {
         }
     }
 
-    /// A lease's facts now. The terminal model and, with `read_children`, `/proc` are read
+    /// A lease's facts now. The terminal model and, with `procs` (a [`procfs::snapshot`],
+    /// `Err` when `/proc` could not be read; `None` to skip), the work its shell holds are read
     /// after the book lock is released.
-    fn facts_of(&self, pty_id: &PtyId, read_children: bool) -> Option<(Facts, Option<u32>)> {
+    fn facts_of(&self, pty_id: &PtyId, procs: Option<&Procs>) -> Option<Facts> {
         let pty = self.pty(pty_id);
-        let (mut facts, pid) = {
+        let (mut facts, pid, program) = {
             let book = self.book();
             let lease = book.get(pty_id)?;
-            (Self::memory_facts(lease, pty.as_deref()), lease.pid)
+            let program = (!lease.explicit_command)
+                .then(|| lease.command.first().map(std::path::PathBuf::from))
+                .flatten();
+            (
+                Self::memory_facts(lease, pty.as_deref()),
+                lease.pid,
+                program,
+            )
         };
         if facts.running {
             facts.alternate_screen = pty
                 .as_ref()
                 .and_then(|p| p.screen())
                 .map(|s| s.alternate_screen());
-            if read_children {
-                facts.children = match pid.map(procfs::children) {
-                    Some(Ok(c)) => Children::Count(c.len() as u32),
+            if let Some(procs) = procs {
+                facts.children = match (pid, procs) {
+                    (Some(pid), Ok(all)) => {
+                        let ticks = pty.as_ref().and_then(|p| p.start_ticks());
+                        Children::Count(procfs::work_count(all, pid, ticks))
+                    }
                     _ => Children::Unreadable,
                 };
+                // A login shell that `exec`ed a program (`exec ssh host`) now runs a command.
+                if let (Some(pid), Some(program)) = (pid, program) {
+                    facts.command |= procfs::runs_other_program(pid, &program) == Some(true);
+                }
             }
         }
-        Some((facts, pid))
+        Some(facts)
     }
 
     /// Whether the facts only events change are still those in `seen`.
@@ -89,7 +107,7 @@ impl State {
     ) -> Result<Option<Ending>, EndOutcome> {
         self.book().check_target(binding).map_err(gone_or_refused)?;
         let gone = EndOutcome::AlreadyGone { reason: None };
-        let Some((facts, _)) = self.facts_of(&binding.pty, true) else {
+        let Some(facts) = self.facts_of(&binding.pty, Some(&procfs::snapshot())) else {
             return Err(gone);
         };
         let why = match decide(&facts, self.inner.config.policy.suggest_after, now_ms()) {
@@ -128,12 +146,14 @@ impl State {
         let now = now_ms();
         let infos = self.leases();
         let mut rows: Vec<LeaseRow> = Vec::with_capacity(infos.len());
+        // One read of the process table for every lease, not one per lease.
+        let procs = procfs::snapshot();
         for info in infos {
-            // Only a detached shell's children matter to the policy: read them for those.
+            // Only a detached shell's work matters to the policy: read it for those.
             let detached = matches!(info.state, LeaseState::Detached | LeaseState::Superseded);
-            let facts = self.facts_of(&info.binding.pty, detached);
+            let facts = self.facts_of(&info.binding.pty, detached.then_some(&procs));
             let (tag, used, last_input_ms) = match &facts {
-                Some((f, _)) => (self.tag(f, now), f.used, f.last_input_ms),
+                Some(f) => (self.tag(f, now), f.used, f.last_input_ms),
                 None => (Tag::None, false, None),
             };
             let (detail, policy) = {
@@ -202,12 +222,13 @@ impl State {
 
 impl Owner for State {
     fn facts(&self, pty: &PtyId, read_children: bool) -> Option<Facts> {
-        self.facts_of(pty, read_children).map(|(f, _)| f)
+        let procs = read_children.then(procfs::snapshot);
+        self.facts_of(pty, procs.as_ref())
     }
 
-    fn end_by_policy(&self, pty_id: &PtyId, rule: Rule, seen: &Facts) -> bool {
+    fn end_by_policy(&self, pty_id: &PtyId, rule: Rule, seen: &Facts) -> PolicyEnd {
         let Some(binding) = self.book().get(pty_id).map(|l| l.binding.clone()) else {
-            return false;
+            return PolicyEnd::Changed;
         };
         let pty = self.pty(pty_id);
         let detail = format!("policy: {rule}");
@@ -224,14 +245,14 @@ impl Owner for State {
             Ok(Some(ending)) => {
                 let state = self.clone();
                 tokio::spawn(async move { state.finish_end(ending).await });
-                true
+                PolicyEnd::Started
             }
-            Ok(None) => true,
+            Ok(None) | Err(EndOutcome::AlreadyGone { .. }) => PolicyEnd::Started,
             Err(EndOutcome::Refused { why }) => {
-                tracing::error!(%binding, "lifecycle: could not end by policy: {why}");
-                true
+                tracing::error!(%binding, "lifecycle: could not end by policy (tried again later): {why}");
+                PolicyEnd::Failed
             }
-            Err(_) => false,
+            Err(_) => PolicyEnd::Changed,
         }
     }
 

@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use dashmap::DashMap;
 use relay_protocol::message::{Forgot, Status};
-use relay_protocol::{Incarnation, LeaseInfo, PaneKey, PtyId};
+use relay_protocol::{ErrorReply, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId};
 
 pub use attach::Attachment;
 
@@ -97,8 +97,11 @@ impl State {
         };
         let mut table = LeaseTable::new(incarnation, config.max_ended);
         let mut report = loaded.apply(&mut table);
+        // Still running (their daemon was killed), or killed by a daemon that died before its
+        // sweep of their sessions finished.
         let orphans: Vec<orphan::Process> = table
             .stale()
+            .chain(table.unswept())
             .filter_map(|l| {
                 Some(orphan::Process {
                     pty: l.binding.pty,
@@ -108,6 +111,9 @@ impl State {
             })
             .collect();
         orphan::end_orphans(&orphans, config.kill_grace);
+        for p in &orphans {
+            table.confirm_end(&p.pty);
+        }
         report.restarted = table.end_previous_incarnations(now_ms());
         let journal = Journal::start(journal, &table)?;
         let state = State {
@@ -194,36 +200,47 @@ impl State {
         out
     }
 
-    /// `Forget`: prunes ended leases (`ptys`, or all ended ones when empty), journaled. A binding
-    /// of a forgotten lease then reads as ended with reason `Forgotten`.
-    pub fn forget(&self, ptys: &[PtyId]) -> Forgot {
+    /// `Forget`: prunes ended leases (`ptys`, or all ended ones when empty), journaled first. A
+    /// binding of a forgotten lease then reads as ended with reason `Forgotten`.
+    ///
+    /// # Errors
+    /// `Internal` naming the journal problem when it cannot be recorded (nothing is forgotten:
+    /// it would come back after a restart).
+    pub fn forget(&self, ptys: &[PtyId]) -> Result<Forgot, ErrorReply> {
         let mut journal = self.journal();
-        let (forgotten, not_ended, unknown) = {
-            let mut book = self.book();
-            let forgotten = book.forget(ptys);
+        let (ended, not_ended, unknown) = {
+            let book = self.book();
+            let ended: Vec<PtyId> = book
+                .leases()
+                .filter(|l| l.state() == LeaseState::Ended)
+                .map(|l| l.binding.pty)
+                .filter(|p| ptys.is_empty() || ptys.contains(p))
+                .collect();
             let (mut not_ended, mut unknown) = (Vec::new(), Vec::new());
-            for p in ptys.iter().filter(|p| !forgotten.contains(p)) {
+            for p in ptys.iter().filter(|p| !ended.contains(p)) {
                 match book.get(p) {
                     Some(_) => not_ended.push(*p),
                     None => unknown.push(*p),
                 }
             }
-            (forgotten, not_ended, unknown)
+            (ended, not_ended, unknown)
         };
-        if !forgotten.is_empty() {
-            Self::append_or_log(
-                &mut journal,
-                &Record::Forget {
-                    ptys: forgotten.clone(),
-                },
-            );
+        if !ended.is_empty() {
+            journal
+                .append(&Record::Forget {
+                    ptys: ended.clone(),
+                })
+                .map_err(|e| ErrorReply::Internal {
+                    message: format!("nothing forgotten: it could not be recorded ({e})"),
+                })?;
+            self.book().forget(&ended);
         }
-        tracing::info!(count = forgotten.len(), "forgot ended leases");
-        Forgot {
-            forgotten: forgotten.len() as u32,
+        tracing::info!(count = ended.len(), "forgot ended leases");
+        Ok(Forgot {
+            forgotten: ended.len() as u32,
             not_ended,
             unknown,
-        }
+        })
     }
 
     /// The `Status` reply.

@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Write;
 
 use nix::sys::signal::Signal;
-use relay_protocol::message::{EndOutcome, EndWhen, Forget, Kill, Protect, Replace};
+use relay_protocol::message::{End, EndOutcome, EndWhen, Forget, Kill, Protect, Replace};
 use relay_protocol::{EndReason, ErrorReply, LeaseState, Request, Response};
 
 use crate::policy::{end, row};
@@ -75,14 +75,27 @@ fn an_end_leaves_nothing_behind_in_the_pty_session() {
     let b = c.create(&pane("sweep"), &["sh", "-c", &script]).binding;
     assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
     let stubborn = pids_with(&token);
-    let report = end(&mut c, vec![b.clone()], EndWhen::Always);
-    match &report.results[0].outcome {
-        EndOutcome::Ended { detail, .. } => assert!(
-            detail.starts_with("killed by operator; SIGHUP; ")
-                && detail.contains("left in its session got SIGKILL"),
-            "{detail}"
-        ),
-        other => panic!("expected Ended, got {other:?}"),
+    // A second end while the first is in progress shares its outcome (not "already gone":
+    // the job still runs until the sweep).
+    let first = c.send(Request::End(End {
+        targets: vec![b.clone()],
+        when: EndWhen::Always,
+    }));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut other = home.client();
+    let second = end(&mut other, vec![b.clone()], EndWhen::Always);
+    let Response::EndReport(report) = c.reply(first) else {
+        panic!("expected EndReport")
+    };
+    for outcome in [&report.results[0].outcome, &second.results[0].outcome] {
+        match outcome {
+            EndOutcome::Ended { detail, .. } => assert!(
+                detail.starts_with("killed by operator; SIGHUP; ")
+                    && detail.contains("left in its session got SIGKILL"),
+                "{detail}"
+            ),
+            other => panic!("expected Ended, got {other:?}"),
+        }
     }
     for pid in stubborn {
         assert!(
@@ -101,6 +114,32 @@ fn an_end_leaves_nothing_behind_in_the_pty_session() {
         wait_until(WAIT, || pids_with(&token).is_empty()),
         "swept after kill"
     );
+}
+
+/// A daemon that dies after a killed shell ended but before its session was swept: the next
+/// daemon sweeps it (the lease had no confirmed end).
+#[test]
+fn a_kill_interrupted_by_a_daemon_crash_is_finished_by_the_next_daemon() {
+    let home = Home::new();
+    home.start_daemon_with(&[("RELAY_EXIT_OUTPUT_GRACE_MS", "100")]);
+    let mut c = home.client();
+    let token = format!("relay-half-killed-{}", std::process::id());
+    let script =
+        format!("(trap '' HUP; exec sh -c 'sleep 100003; : {token}') & echo started; wait");
+    let b = c.create(&pane("half"), &["sh", "-c", &script]).binding;
+    assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
+    c.mutate(Request::Kill(Kill { binding: b.clone() }))
+        .unwrap();
+    // The shell ended at once; the sweep of its session is due at the 3 s grace.
+    assert!(wait_until(WAIT, || c.lease(b.pty).state == LeaseState::Ended));
+    assert!(!pids_with(&token).is_empty(), "not swept yet");
+    let daemon = c.status().pid;
+    drop(c);
+    signal_and_wait(daemon, Signal::SIGKILL);
+    home.start_daemon();
+    let mut c = home.client();
+    assert!(pids_with(&token).is_empty(), "swept by the next daemon");
+    assert_eq!(c.lease(b.pty).reason, Some(EndReason::Killed));
 }
 
 /// A daemon killed with SIGKILL leaves a HUP-ignoring job in a dead shell's session; the next
@@ -219,6 +258,8 @@ fn a_kill_the_journal_cannot_record_is_refused() {
     let mut c = home.client();
     let b = c.create(&pane("precious"), &["sh"]).binding;
     let pid = c.lease(b.pty).pid.unwrap();
+    let done = c.create(&pane("done"), &["true"]).binding;
+    assert!(wait_until(WAIT, || c.lease(done.pty).state == LeaseState::Ended));
     let filler = state.join("filler");
     let mut f = fs::File::create(&filler).unwrap();
     while f.write_all(&[0u8; 4096]).is_ok() {}

@@ -170,6 +170,10 @@ fn shells_holding_work_are_kept_and_an_idle_one_is_not() {
     let vi = typed(&mut c, "vi", "vi\n");
     let idle = typed(&mut c, "idle", "echo hi\n");
     let command = c.create(&pane("command"), &["sleep", "3603"]).binding;
+    // A job reparented away from the shell (`nohup`, `(cmd &)`) is still in its session.
+    let reparented = typed(&mut c, "reparented", "(sleep 3604 &)\n");
+    // A login shell that exec'd a program now runs a command.
+    let execed = typed(&mut c, "execed", "exec sleep 3605\n");
     for b in [&sleeping, &job, &vi] {
         let pid = c.lease(b.pty).pid.unwrap();
         assert!(
@@ -188,26 +192,33 @@ fn shells_holding_work_are_kept_and_an_idle_one_is_not() {
     let detail = row(&mut c, idle.pty).detail.unwrap_or_default();
     assert!(detail.starts_with("policy: used, idle 2s"), "{detail}");
     std::thread::sleep(Duration::from_secs(2));
-    for b in [&sleeping, &job, &vi, &waiting, &command] {
+    for b in [
+        &sleeping,
+        &job,
+        &vi,
+        &waiting,
+        &command,
+        &reparented,
+        &execed,
+    ] {
         assert_eq!(c.lease(b.pty).state, LeaseState::Detached, "{b} kept");
     }
-    let tag = row(&mut c, command.pty).tag;
-    assert!(
-        matches!(&tag, Tag::Kept { why } if why == "running its command"),
-        "{tag:?}"
-    );
-    for b in [&sleeping, &job, &vi] {
+    for (b, why) in [
+        (&command, "running its command"),
+        (&execed, "running its command"),
+        (&reparented, "has children"),
+        (&sleeping, "has children"),
+        (&job, "has children"),
+        (&vi, "has children"),
+    ] {
         let tag = row(&mut c, b.pty).tag;
         assert!(
-            matches!(&tag, Tag::Kept { why } if why == "has children"),
+            matches!(&tag, Tag::Kept { why: w } if w == why),
             "{b}: {tag:?}"
         );
     }
-    end(
-        &mut c,
-        vec![sleeping, job, vi, waiting, command],
-        EndWhen::Always,
-    );
+    let all = vec![sleeping, job, vi, waiting, command, reparented, execed];
+    end(&mut c, all, EndWhen::Always);
 }
 
 /// "End all eligible" re-verifies each target when it ends it: a shell that started work between

@@ -10,15 +10,18 @@ pub fn from_env() -> String {
 }
 
 fn spec(var: impl Fn(&str) -> Option<String>) -> String {
-    [("unused", "RELAY_UNUSED_GRACE"), ("idle", "RELAY_IDLE_EXPIRY")]
-        .into_iter()
-        .filter_map(|(condition, name)| {
-            let value = var(name)?;
-            let value = value.trim();
-            (!value.is_empty()).then(|| format!("{condition}={value}"))
-        })
-        .collect::<Vec<_>>()
-        .join(";")
+    [
+        ("unused", "RELAY_UNUSED_GRACE"),
+        ("idle", "RELAY_IDLE_EXPIRY"),
+    ]
+    .into_iter()
+    .filter_map(|(condition, name)| {
+        let value = var(name)?;
+        let value = value.trim();
+        (!value.is_empty()).then(|| format!("{condition}={value}"))
+    })
+    .collect::<Vec<_>>()
+    .join(";")
 }
 
 #[cfg(test)]
@@ -38,7 +41,10 @@ mod tests {
         assert_eq!(spec(env(&[])), "");
         assert_eq!(spec(env(&[("RELAY_UNUSED_GRACE", " 90s ")])), "unused=90s");
         assert_eq!(
-            spec(env(&[("RELAY_UNUSED_GRACE", "off"), ("RELAY_IDLE_EXPIRY", "7d")])),
+            spec(env(&[
+                ("RELAY_UNUSED_GRACE", "off"),
+                ("RELAY_IDLE_EXPIRY", "7d")
+            ])),
             "unused=off;idle=7d"
         );
         assert_eq!(spec(env(&[("RELAY_IDLE_EXPIRY", "")])), "");

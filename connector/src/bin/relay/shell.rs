@@ -124,7 +124,10 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     }
     match outcome? {
         Outcome::Detached => {
-            eprintln!("[detached from pane {pane}; {}]", reattach_hint(args, &pane, &destination));
+            eprintln!(
+                "[detached from pane {pane}; {}]",
+                reattach_hint(args, &pane, &destination)
+            );
             // Local-first: the terminal is already back. Typed input and the detach are
             // delivered best effort and briefly; a stopped agent treats the dropped connection
             // as a detach anyway (rule A: nothing ends).

@@ -32,10 +32,7 @@ pub fn gc_table(plan: &GcPlan) -> String {
     )
 }
 
-fn table<'a>(
-    rows: impl Iterator<Item = (&'a LeaseRow, Option<&'a str>)>,
-    last: &str,
-) -> String {
+fn table<'a>(rows: impl Iterator<Item = (&'a LeaseRow, Option<&'a str>)>, last: &str) -> String {
     let mut lines = vec![["PANE", "PTY", "PID", "STATE", "COMMAND", last]
         .map(String::from)
         .to_vec()];

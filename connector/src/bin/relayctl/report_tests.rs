@@ -186,7 +186,10 @@ fn target_tables_show_what_will_end_and_gc_says_why() {
     );
     let t = targets_table(&[&named, &busy], 0);
     assert!(t.lines().next().unwrap().ends_with("TAG"), "{t}");
-    assert!(t.contains("kept: has children"), "the operator sees what runs: {t}");
+    assert!(
+        t.contains("kept: has children"),
+        "the operator sees what runs: {t}"
+    );
     let plan = GcPlan {
         candidates: vec![GcCandidate {
             row: row(
