@@ -79,6 +79,22 @@ impl PaneArgs {
         Destination::from_args(self.local, self.host.as_deref())
     }
 
+    /// How to come back after a detach: the same command, except for a command pane named by relay
+    /// (running the same command would start another one).
+    pub fn reattach_hint(&self, pane: &PaneKey, destination: &Destination) -> String {
+        if self.pane.is_some() || self.command.is_empty() {
+            return "run the same command to reattach".into();
+        }
+        let host = match destination {
+            Destination::Local => String::new(),
+            Destination::Host(h) => format!(" {h}"),
+        };
+        format!(
+            "reattach with `relay attach{host} --workspace {} --pane {}`",
+            pane.workspace, pane.tab
+        )
+    }
+
     /// The pane key: `(workspace, pane name, "0")`. Without --pane: `main` for the shell, a
     /// name of its own for each command run (`run-<unix ms>-<pid>`), so a command never lands in
     /// an existing shell.

@@ -48,22 +48,6 @@ enum Outcome {
     Exited { exit: ExitStatus, reason: EndReason },
 }
 
-/// How to come back after a detach: the same command, except for a command pane named by relay
-/// (running the same command would start another one).
-fn reattach_hint(args: &PaneArgs, pane: &PaneKey, destination: &Destination) -> String {
-    if args.pane.is_some() || args.command.is_empty() {
-        return "run the same command to reattach".into();
-    }
-    let host = match destination {
-        Destination::Local => String::new(),
-        Destination::Host(h) => format!(" {h}"),
-    };
-    format!(
-        "reattach with `relay attach{host} --workspace {} --pane {}`",
-        pane.workspace, pane.tab
-    )
-}
-
 /// Exit status when relay could not connect, a retry cannot fix the connection, or the shell's
 /// own status could not be learned (as ssh uses 255).
 pub const UNREACHABLE: u8 = 255;
@@ -126,7 +110,7 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
         Outcome::Detached => {
             eprintln!(
                 "[detached from pane {pane}; {}]",
-                reattach_hint(args, &pane, &destination)
+                args.reattach_hint(&pane, &destination)
             );
             // Local-first: the terminal is already back. Typed input and the detach are
             // delivered best effort and briefly; a stopped agent treats the dropped connection
