@@ -26,6 +26,15 @@ use clap::Parser;
 pub use cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // Output piped into `head` and closed early ends relayctl quietly, as for other Unix tools,
+    // instead of a panic on the failed write (Rust ignores SIGPIPE by default).
+    // SAFETY: restoring the default disposition before any thread starts.
+    unsafe {
+        let _ = nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        );
+    }
     let cli = Cli::parse();
     match common::run(commands::run(&cli)) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
