@@ -355,7 +355,10 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
         } => table.mark_ending(&pty, reason, detail),
         Record::EndCancelled { pty } => table.cancel_ending(&pty),
         Record::Detail { pty, detail } => {
-            table.set_detail(&pty, detail);
+            // Empty: the sweep was finished by a later daemon, which knew nothing to add.
+            if !detail.is_empty() {
+                table.set_detail(&pty, detail);
+            }
             table.confirm_end(&pty)
         }
         Record::Superseded { pty, at_ms } => table.supersede(&pty, at_ms),

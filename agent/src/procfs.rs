@@ -52,33 +52,6 @@ pub fn stat(pid: u32) -> Option<Stat> {
     parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// The live (not zombie) child processes of `pid`, from `/proc/<pid>/task/*/children`, or by
-/// scanning every process's parent when the kernel lacks that file (`CONFIG_PROC_CHILDREN`).
-///
-/// # Errors
-/// `/proc` could not be read (the caller counts that as "has children").
-pub fn children(pid: u32) -> io::Result<Vec<u32>> {
-    let mut out = Vec::new();
-    for task in fs::read_dir(format!("/proc/{pid}/task"))? {
-        let path = task?.path().join("children");
-        match fs::read_to_string(&path) {
-            Ok(text) => out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            ),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Ok(processes()?
-                    .filter(|(_, st)| st.ppid == pid && !st.is_gone())
-                    .map(|(p, _)| p)
-                    .collect());
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    out.retain(|c| stat(*c).is_some_and(|st| !st.is_gone()));
-    Ok(out)
-}
-
 /// Every process with its stat (processes that vanish while reading are skipped).
 ///
 /// # Errors
@@ -184,14 +157,23 @@ mod tests {
     }
 
     #[test]
-    fn children_are_read_and_exited_ones_are_not_counted() {
+    fn children_count_as_work_and_exited_ones_do_not() {
         let me = std::process::id();
+        // Other tests spawn children too: count over this child's entry only.
+        let work_of = |pid: u32| {
+            let only: Vec<(u32, Stat)> = snapshot()
+                .unwrap()
+                .into_iter()
+                .filter(|(p, _)| *p == pid)
+                .collect();
+            work_count(&only, me, None)
+        };
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
-        assert!(children(me).unwrap().contains(&child.id()));
+        assert_eq!(work_of(child.id()), 1);
         child.kill().unwrap();
-        // Killed but not reaped yet: a zombie is no child to keep a shell for.
+        // Killed but not reaped yet: a zombie is no work to keep a shell for.
         std::thread::sleep(std::time::Duration::from_millis(100));
-        assert!(!children(me).unwrap().contains(&child.id()));
+        assert_eq!(work_of(child.id()), 0);
         child.wait().unwrap();
         assert!(own_rss_bytes() > 1024 * 1024);
     }

@@ -192,11 +192,12 @@ impl State {
         if f.protected && f.running {
             return Tag::Protected;
         }
+        let busy_now = known_busy(f);
         match decide(f, self.inner.config.policy.suggest_after, now) {
             // Holding work now: it will be kept at its deadline unless that changes; say so
             // rather than count down.
-            Verdict::Wait { .. } if known_busy(f).is_some() => Tag::Kept {
-                why: known_busy(f).expect("checked").to_string(),
+            Verdict::Wait { .. } if busy_now.is_some() => Tag::Kept {
+                why: busy_now.map(|k| k.to_string()).unwrap_or_default(),
             },
             Verdict::Wait { at_ms, rule } => Tag::CleanupAt {
                 at_ms,
