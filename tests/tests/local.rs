@@ -341,9 +341,19 @@ async fn a_shell_banner_before_the_welcome_gives_a_clear_hint() {
     )
     .unwrap();
     set_executable(&wrapper);
-    let err = Session::connect(&home.transport_with(&wrapper), "t")
-        .await
-        .unwrap_err();
+    // A test thread that forks between our write and close of the script holds it open for
+    // writing until its child execs, and exec then fails with ETXTBSY: try again briefly.
+    let mut tries = 0;
+    let err = loop {
+        let err = Session::connect(&home.transport_with(&wrapper), "t")
+            .await
+            .unwrap_err();
+        tries += 1;
+        if !err.to_string().contains("Text file busy") || tries == 20 {
+            break err;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert!(matches!(err, Error::Handshake(_)), "{err}");
     assert!(
         err.to_string().contains("check your shell startup output"),
