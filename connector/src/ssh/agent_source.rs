@@ -1,0 +1,201 @@
+//! Where the local agent binary for a host's platform comes from.
+//!
+//! # The default search ([`AgentSource::Default`])
+//!
+//! For a host of Rust target `T`, the first file that exists of:
+//!
+//! 1. `$RELAY_AGENT_DIR/relay-agent-T`;
+//! 2. if `T` is this machine's own target: `$RELAY_AGENT_BIN`;
+//! 3. `<directory of the current executable>/../agents/relay-agent-T`: the portable agents that
+//!    `deploy/build-agents.sh` writes to `target/agents/` (x86_64 Linux agents there need only
+//!    glibc 2.17), found from `target/debug/relay` and `target/release/relay` alike;
+//! 4. if `T` is this machine's own target: `relay-agent` next to the current executable, then one
+//!    directory up (cargo puts test binaries in `target/debug/deps`). Such a native build needs
+//!    the glibc of the machine it was built on, so it reaches hosts of the same or a newer
+//!    distribution only;
+//! 5. `relay-agent-T` next to the current executable.
+//!
+//! A portable agent in `../agents` that is older than the native `relay-agent` next to the
+//! executable is still used (it is what the user built for hosts), with a warning to rebuild it.
+
+use std::path::{Path, PathBuf};
+
+use crate::Error;
+
+/// Where to find agent binaries for a host's target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AgentSource {
+    /// The search described in the module documentation.
+    #[default]
+    Default,
+    /// A directory with `relay-agent-<target>` files (for the local target, a plain
+    /// `relay-agent` there is used too).
+    Dir(PathBuf),
+    /// One binary, usable only for hosts of the connector machine's own target.
+    File(PathBuf),
+}
+
+/// The Rust target for a `uname -s` / `uname -m` pair, if relay knows it.
+pub fn target_for(os: &str, machine: &str) -> Option<&'static str> {
+    Some(match (os, machine) {
+        ("Linux", "x86_64" | "amd64") => "x86_64-unknown-linux-gnu",
+        ("Linux", "aarch64" | "arm64") => "aarch64-unknown-linux-gnu",
+        ("Darwin", "x86_64") => "x86_64-apple-darwin",
+        ("Darwin", "arm64" | "aarch64") => "aarch64-apple-darwin",
+        _ => return None,
+    })
+}
+
+/// The target of the machine the connector runs on.
+pub fn local_target() -> Option<&'static str> {
+    let os = match std::env::consts::OS {
+        "linux" => "Linux",
+        "macos" => "Darwin",
+        other => other,
+    };
+    target_for(os, std::env::consts::ARCH)
+}
+
+impl AgentSource {
+    /// Finds the local agent binary for `target`.
+    ///
+    /// # Errors
+    /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
+    pub fn find(&self, target: &str) -> Result<PathBuf, Error> {
+        let is_local = local_target() == Some(target);
+        let named = format!("relay-agent-{target}");
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        match self {
+            AgentSource::File(p) => {
+                if !is_local {
+                    return Err(Error::NoAgentBinary(format!(
+                        "the host needs an agent for {target}, but the configured agent binary \
+                         {} is for this machine ({}); configure a directory with \
+                         relay-agent-{target} in it",
+                        p.display(),
+                        local_target().unwrap_or("unknown")
+                    )));
+                }
+                candidates.push(p.clone());
+            }
+            AgentSource::Dir(d) => {
+                candidates.push(d.join(&named));
+                if is_local {
+                    candidates.push(d.join("relay-agent"));
+                }
+            }
+            AgentSource::Default => {
+                let exe_dir = std::env::current_exe()
+                    .ok()
+                    .and_then(|e| e.parent().map(Path::to_path_buf));
+                return Self::search_default(&named, is_local, exe_dir.as_deref());
+            }
+        }
+        pick(candidates, target)
+    }
+
+    /// The default search, from the executable's directory `exe_dir`.
+    fn search_default(
+        named: &str,
+        is_local: bool,
+        exe_dir: Option<&Path>,
+    ) -> Result<PathBuf, Error> {
+        let target = named.trim_start_matches("relay-agent-");
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        // An empty variable counts as unset.
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        if let Some(d) = var("RELAY_AGENT_DIR") {
+            candidates.push(PathBuf::from(d).join(named));
+        }
+        if is_local {
+            if let Some(p) = var("RELAY_AGENT_BIN") {
+                candidates.push(PathBuf::from(p));
+            }
+        }
+        let portable = exe_dir
+            .and_then(Path::parent)
+            .map(|up| up.join("agents").join(named));
+        candidates.extend(portable.clone());
+        let mut native = Vec::new();
+        if let (true, Some(d)) = (is_local, exe_dir) {
+            native.push(d.join("relay-agent"));
+            native.extend(d.parent().map(|up| up.join("relay-agent")));
+        }
+        candidates.extend(native.iter().cloned());
+        candidates.extend(exe_dir.map(|d| d.join(named)));
+        let found = pick(candidates, target)?;
+        if Some(&found) == portable.as_ref() {
+            warn_if_stale(&found, native.iter().find(|p| p.is_file()));
+        }
+        Ok(found)
+    }
+}
+
+/// The first existing file of `candidates`, or the error listing them all.
+fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<PathBuf, Error> {
+    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
+        return Ok(found.clone());
+    }
+    Err(Error::NoAgentBinary(format!(
+        "no relay-agent binary for {target} (looked at {}); run deploy/build-agents.sh to \
+         build the agents relay deploys, or set RELAY_AGENT_DIR to a directory holding \
+         relay-agent-{target}",
+        candidates
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// Warns when the portable agent is older than the native build next to the executable (the
+/// agent's sources changed since `deploy/build-agents.sh` last ran).
+fn warn_if_stale(portable: &Path, native: Option<&PathBuf>) {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let (Some(native), Some(p_time)) = (native, modified(portable)) {
+        if modified(native).is_some_and(|n_time| n_time > p_time) {
+            tracing::warn!(
+                "{} is older than {}: deploying the older one; run deploy/build-agents.sh to \
+                 rebuild the agents relay deploys",
+                portable.display(),
+                native.display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_portable_agents_directory_wins_over_the_native_build() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("debug");
+        let agents = root.path().join("agents");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&agents).unwrap();
+        let t = local_target().unwrap();
+        let named = format!("relay-agent-{t}");
+        std::fs::write(bin.join("relay-agent"), b"native").unwrap();
+        let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
+        assert_eq!(
+            found,
+            bin.join("relay-agent"),
+            "no portable agent: the native one"
+        );
+        std::fs::write(agents.join(&named), b"portable").unwrap();
+        let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
+        assert_eq!(found, agents.join(&named));
+        // Another platform: never the native binary.
+        std::fs::remove_file(agents.join(&named)).unwrap();
+        let other = "relay-agent-aarch64-apple-darwin";
+        let err = AgentSource::search_default(other, false, Some(&bin)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("deploy/build-agents.sh"), "{text}");
+        assert!(
+            text.contains(&agents.join(other).display().to_string()),
+            "{text}"
+        );
+    }
+}
