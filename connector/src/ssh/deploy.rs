@@ -2,10 +2,14 @@
 //!
 //! 1. **Probe** (one exec): `uname -sm` after a sentinel line (login shells may print banners,
 //!    motd or `.bashrc` noise first), the sha256 tool found (none: refused, nothing uploaded),
-//!    plus the names of the installed `~/.relay/bin/relay-agent-<version>-*`.
+//!    the C library and its version, the mount options where `~/.relay/bin` lives, plus the
+//!    names of the installed `~/.relay/bin/relay-agent-<version>-*`.
 //! 2. Map the platform to a Rust target (`Linux x86_64` → `x86_64-unknown-linux-gnu`) and find the
 //!    local agent binary for it ([`AgentSource`]). Its sha256 names the remote file:
-//!    `~/.relay/bin/relay-agent-<connector version>-<first 16 hex digits of sha256>`.
+//!    `~/.relay/bin/relay-agent-<connector version>-<first 16 hex digits of sha256>`. Check that
+//!    the host can run it ([`host_check`](super::host_check)): a host whose glibc is older than
+//!    the binary needs, a musl host or a `noexec` install directory is refused here with the
+//!    cause and the fix, before anything is uploaded or executed.
 //! 3. If that file is absent: **upload** (one exec): write to a unique temp name in the same
 //!    directory, hash it on the host, and only if the hash matches `chmod 700` and `mv -f` it over
 //!    the final name (atomic rename; two connectors deploying at once each write their own temp
@@ -22,14 +26,9 @@
 //!    running daemon: it connects to whatever daemon answers on the version-independent socket
 //!    and Hello/Welcome negotiates.
 //!
-//! # Where the agent binary comes from ([`AgentSource::Default`])
-//!
-//! For the host's target: `$RELAY_AGENT_DIR/relay-agent-<target>`; then, if the target is the
-//! connector machine's own: `$RELAY_AGENT_BIN`, `relay-agent` next to the current executable, and
-//! one directory up (cargo puts test binaries in `target/debug/deps`); finally
-//! `relay-agent-<target>` next to the current executable.
+//! Where the agent binary comes from: [`AgentSource`] (module `agent_source`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,25 +36,14 @@ use rand::Rng;
 use russh::client::Handle;
 use sha2::{Digest, Sha256};
 
+pub use super::agent_source::{local_target, target_for, AgentSource};
 use super::exec::{self, after_sentinel, sh_command, sh_quote};
 use super::handler::ClientHandler;
+use super::host_check::{self, GlibcVersion, HostFacts};
 use crate::Error;
 
 /// Connector version; deployed agents are named after it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Where to find agent binaries for a host's target.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum AgentSource {
-    /// The search described in the module documentation.
-    #[default]
-    Default,
-    /// A directory with `relay-agent-<target>` files (for the local target, a plain
-    /// `relay-agent` there is used too).
-    Dir(PathBuf),
-    /// One binary, usable only for hosts of the connector machine's own target.
-    File(PathBuf),
-}
 
 /// A deploy step the caller may show (a progress bar, a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,98 +100,12 @@ pub struct DeployReport {
     pub elapsed: Duration,
 }
 
-/// The Rust target for a `uname -s` / `uname -m` pair, if relay knows it.
-pub fn target_for(os: &str, machine: &str) -> Option<&'static str> {
-    Some(match (os, machine) {
-        ("Linux", "x86_64" | "amd64") => "x86_64-unknown-linux-gnu",
-        ("Linux", "aarch64" | "arm64") => "aarch64-unknown-linux-gnu",
-        ("Darwin", "x86_64") => "x86_64-apple-darwin",
-        ("Darwin", "arm64" | "aarch64") => "aarch64-apple-darwin",
-        _ => return None,
-    })
-}
-
-/// The target of the machine the connector runs on.
-pub fn local_target() -> Option<&'static str> {
-    let os = match std::env::consts::OS {
-        "linux" => "Linux",
-        "macos" => "Darwin",
-        other => other,
-    };
-    target_for(os, std::env::consts::ARCH)
-}
-
-impl AgentSource {
-    /// Finds the local agent binary for `target`.
-    ///
-    /// # Errors
-    /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
-    pub fn find(&self, target: &str) -> Result<PathBuf, Error> {
-        let is_local = local_target() == Some(target);
-        let named = format!("relay-agent-{target}");
-        let mut candidates: Vec<PathBuf> = Vec::new();
-        match self {
-            AgentSource::File(p) => {
-                if !is_local {
-                    return Err(Error::NoAgentBinary(format!(
-                        "the host needs an agent for {target}, but the configured agent binary \
-                         {} is for this machine ({}); configure a directory with \
-                         relay-agent-{target} in it",
-                        p.display(),
-                        local_target().unwrap_or("unknown")
-                    )));
-                }
-                candidates.push(p.clone());
-            }
-            AgentSource::Dir(d) => {
-                candidates.push(d.join(&named));
-                if is_local {
-                    candidates.push(d.join("relay-agent"));
-                }
-            }
-            AgentSource::Default => {
-                if let Some(d) = std::env::var_os("RELAY_AGENT_DIR") {
-                    candidates.push(PathBuf::from(d).join(&named));
-                }
-                let exe_dir = std::env::current_exe()
-                    .ok()
-                    .and_then(|e| e.parent().map(Path::to_path_buf));
-                if is_local {
-                    if let Some(p) = std::env::var_os("RELAY_AGENT_BIN") {
-                        candidates.push(PathBuf::from(p));
-                    }
-                    if let Some(d) = &exe_dir {
-                        candidates.push(d.join("relay-agent"));
-                        if let Some(up) = d.parent() {
-                            candidates.push(up.join("relay-agent"));
-                        }
-                    }
-                }
-                if let Some(d) = &exe_dir {
-                    candidates.push(d.join(&named));
-                }
-            }
-        }
-        if let Some(found) = candidates.iter().find(|p| p.is_file()) {
-            return Ok(found.clone());
-        }
-        Err(Error::NoAgentBinary(format!(
-            "no relay-agent binary for {target} (looked at {}); build one for that target and \
-             put it at one of those paths, or set RELAY_AGENT_DIR to a directory holding \
-             relay-agent-{target}",
-            candidates
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )))
-    }
-}
-
 /// A local agent binary, read and hashed.
 struct LocalAgent {
     bytes: Vec<u8>,
     sha256: String,
+    /// The highest glibc symbol version it needs (`None`: static, or not glibc-linked).
+    glibc: Option<GlibcVersion>,
     /// File name on the host: `relay-agent-<version>-<16 hex>`.
     name: String,
 }
@@ -213,16 +115,24 @@ impl LocalAgent {
         let bytes = tokio::fs::read(path).await.map_err(|e| {
             Error::Deploy(format!("cannot read agent binary {}: {e}", path.display()))
         })?;
-        let (bytes, sha256) = tokio::task::spawn_blocking(move || {
+        let (bytes, sha256, glibc) = tokio::task::spawn_blocking(move || {
             let hash = hex::encode(Sha256::digest(&bytes));
-            (bytes, hash)
+            let glibc = host_check::glibc_needed(&bytes);
+            (bytes, hash, glibc)
         })
         .await
         .map_err(|e| Error::Deploy(format!("hashing the agent binary failed: {e}")))?;
+        let glibc = glibc.map_err(|e| {
+            Error::NoAgentBinary(format!(
+                "{} is not a valid agent binary ({e}); rebuild it",
+                path.display()
+            ))
+        })?;
         let name = format!("relay-agent-{VERSION}-{}", &sha256[..16]);
         Ok(LocalAgent {
             bytes,
             sha256,
+            glibc,
             name,
         })
     }
@@ -292,12 +202,14 @@ struct Probe {
     platform: String,
     /// Rust target for it.
     target: &'static str,
+    /// What decides whether the host can run an agent binary.
+    facts: HostFacts,
     /// Path of every installed agent of this connector version.
     installed: Vec<String>,
 }
 
-/// Parses the probe's output after its sentinel: the `uname -sm` line, the hash tool line, then
-/// one path per installed agent.
+/// Parses the probe's output after its sentinel: the `uname -sm` line, the hash tool line, the
+/// keyed lines of [`host_check::PROBE_SNIPPET`], then one path per installed agent (absolute).
 ///
 /// # Errors
 /// [`Error::NoAgentBinary`] for an unsupported platform, [`Error::AgentCannotRun`] for a host with
@@ -327,15 +239,15 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
             ))
         }
     }
-    let installed = lines
+    let (paths, keyed): (Vec<&str>, Vec<&str>) = lines
         .map(str::trim)
         .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
+        .partition(|l| l.starts_with('/'));
     Ok(Probe {
         platform,
         target,
-        installed,
+        facts: host_check::facts_from_probe(keyed.into_iter()),
+        installed: paths.into_iter().map(str::to_string).collect(),
     })
 }
 
@@ -361,8 +273,9 @@ pub(crate) async fn ensure_agent(
     let probe = format!(
         "echo {mark}; uname -sm; if command -v sha256sum >/dev/null 2>&1; then echo {HASH_TOOL}sha256sum; \
          elif command -v shasum >/dev/null 2>&1; then echo {HASH_TOOL}shasum; \
-         else echo {HASH_TOOL}none; fi; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
+         else echo {HASH_TOOL}none; fi; {facts}; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
          [ -f \"$f\" ] && echo \"$f\"; done; exit 0",
+        facts = host_check::PROBE_SNIPPET,
     );
     let out = exec::run(handle, &sh_command(&probe), None, &mut |_, _| {}).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -384,6 +297,7 @@ pub(crate) async fn ensure_agent(
     // 2. The local binary for that target.
     let path = source.find(target)?;
     let agent = LocalAgent::load(&path).await?;
+    host_check::check(&probe.facts, agent.glibc, &path, target)?;
     let remote_path = format!(".relay/bin/{}", agent.name);
     let mut report = DeployReport {
         platform,
@@ -548,11 +462,23 @@ mod tests {
     #[test]
     fn probe_output_is_parsed_and_a_missing_hash_tool_refused() {
         let probe = parse_probe(
-            "Linux x86_64\nhash-tool=sha256sum\n/home/u/.relay/bin/relay-agent-1-x\n\n",
+            "Linux x86_64\nhash-tool=sha256sum\nlibc=glibc 2.31\ninstall-mount=/home rw,noexec\n\
+             /home/u/.relay/bin/relay-agent-1-x\n\n",
         )
         .unwrap();
         assert_eq!(probe.target, "x86_64-unknown-linux-gnu");
         assert_eq!(probe.installed, vec!["/home/u/.relay/bin/relay-agent-1-x"]);
+        assert_eq!(
+            probe.facts.libc,
+            host_check::HostLibc::Glibc(GlibcVersion {
+                major: 2,
+                minor: 31
+            })
+        );
+        assert_eq!(
+            probe.facts.install_mount,
+            Some(("/home".to_string(), "rw,noexec".to_string()))
+        );
         assert!(parse_probe("Darwin arm64\nhash-tool=shasum\n").is_ok());
         let err = parse_probe("Linux x86_64\nhash-tool=none\n")
             .unwrap_err()

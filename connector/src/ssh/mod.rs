@@ -7,6 +7,8 @@
 //! - [`auth`]: ssh-agent, identity files, passphrase callback.
 //! - `connect`: TCP / `ProxyCommand` / `ProxyJump`, key exchange, authentication.
 //! - [`deploy`]: platform probe, agent upload with hash verification, the bridge command.
+//! - `agent_source`: which local agent binary a host's platform gets ([`AgentSource`]).
+//! - [`host_check`]: can the host run it (glibc version, musl, `noexec`), before any upload.
 //! - `bridge`: the bridge's exec channel as a byte reader (skips shell noise, logs stderr).
 //! - `exec`: one remote command with output and exit status (deploy steps).
 //! - [`transport`]: [`SshTransport`], the [`Transport`](crate::transport::Transport) over all of it.
@@ -18,6 +20,7 @@
 //! [`Error::Config`](crate::Error::Config) cannot be fixed by retrying;
 //! [`Error::Ssh`](crate::Error::Ssh) (network, timeouts, keepalive) can.
 
+mod agent_source;
 pub mod auth;
 mod bridge;
 pub mod config;
@@ -25,6 +28,7 @@ mod connect;
 pub mod deploy;
 mod exec;
 mod handler;
+pub mod host_check;
 pub mod known_hosts;
 pub mod transport;
 
