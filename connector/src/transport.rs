@@ -39,6 +39,37 @@ pub trait StreamGuard: Send {
 /// A guard with nothing to keep or explain (in-memory streams in tests).
 impl StreamGuard for () {}
 
+/// Why a transport's bridge ended, carried inside the [`std::io::Error`] its stream reader
+/// returns (`io::Error::other(BridgeEnd {..})`), so the handshake can tell a bridge the host
+/// cannot execute (a retry cannot fix it: [`Error::AgentCannotRun`]) from one that exited
+/// ([`Error::BridgeExited`], transient) without guessing from a shell banner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BridgeEnd {
+    /// What ended and how: exit status and the bridge's stderr tail.
+    pub text: String,
+    /// Whether the host could not execute the agent at all ([`cannot_execute`]).
+    pub cannot_run: bool,
+}
+
+impl std::fmt::Display for BridgeEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for BridgeEnd {}
+
+/// Whether a bridge that ended with exit `status` and `stderr` could not execute the agent
+/// binary: POSIX shells exit 126 for "found but not executable" and 127 for "not found"; glibc's
+/// dynamic loader names a missing symbol version (`version `GLIBC_2.34' not found`); the kernel
+/// says "Exec format error" for another architecture.
+pub fn cannot_execute(status: Option<u32>, stderr: &str) -> bool {
+    matches!(status, Some(126 | 127))
+        || stderr.contains("GLIBC_")
+        || stderr.contains("cannot execute")
+        || stderr.contains("Exec format error")
+}
+
 /// A byte stream to an agent, plus whatever must stay alive while it is used.
 pub struct AgentStream {
     /// Frames from the agent.

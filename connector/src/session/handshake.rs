@@ -18,7 +18,7 @@ use relay_protocol::{
 };
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use crate::transport::{BoxReader, BoxWriter, StreamGuard};
+use crate::transport::{BoxReader, BoxWriter, BridgeEnd, StreamGuard};
 use crate::Error;
 use relay_protocol::FrameCodec;
 
@@ -64,6 +64,14 @@ pub(crate) async fn run(
             let said = guard.failure().await;
             Err(closed_early(destination, sent.err(), said))
         }
+        // The transport's own account of how its bridge ended (SSH: exit status and stderr).
+        Some(Err(FrameError::Io(io)))
+            if io
+                .get_ref()
+                .is_some_and(|e| e.downcast_ref::<BridgeEnd>().is_some()) =>
+        {
+            Err(bridge_ended(&io, destination))
+        }
         Some(Err(FrameError::Io(io))) => match guard.failure().await {
             Some(exit) => Err(Error::BridgeExited(format!(
                 "reading the welcome from {destination} failed: {io}; the agent bridge \
@@ -78,6 +86,20 @@ pub(crate) async fn run(
         guard.ready();
     }
     result
+}
+
+/// The bridge ended before the welcome, as its transport reported it in `io` (a [`BridgeEnd`]):
+/// [`Error::AgentCannotRun`] when the host could not execute the agent, else
+/// [`Error::BridgeExited`].
+fn bridge_ended(io: &std::io::Error, destination: &str) -> Error {
+    match io.get_ref().and_then(|e| e.downcast_ref::<BridgeEnd>()) {
+        Some(end) if end.cannot_run => Error::AgentCannotRun(format!(
+            "{destination} could not execute the agent: {}; if the C library is the cause, \
+             run deploy/build-agents.sh to build agents that need only glibc 2.17",
+            end.text
+        )),
+        _ => Error::BridgeExited(format!("on {destination}: {io}")),
+    }
 }
 
 /// The stream ended before the welcome; `exit` is how the bridge ended, when the transport knows.
@@ -223,6 +245,57 @@ mod tests {
             check_welcome(&f, "h").unwrap_err(),
             Error::Incompatible(_)
         ));
+    }
+
+    /// A reader that fails the way the SSH bridge reader does when its channel ends.
+    struct Ended(Option<BridgeEnd>);
+
+    impl tokio::io::AsyncRead for Ended {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            let end = self.0.take().expect("read once");
+            std::task::Poll::Ready(Err(std::io::Error::other(end)))
+        }
+    }
+
+    async fn handshake_with(end: BridgeEnd) -> Error {
+        let reader: BoxReader = Box::pin(Ended(Some(end)));
+        let writer: BoxWriter = Box::pin(tokio::io::sink());
+        let mut reader = FramedRead::new(reader, FrameCodec::new(1 << 20));
+        let mut writer = FramedWrite::new(writer, FrameCodec::new(1 << 20));
+        run(&mut reader, &mut writer, &mut (), "test", "db1")
+            .await
+            .unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn a_bridge_the_host_cannot_execute_is_permanent_and_gets_no_banner_hint() {
+        let glibc = "relay-agent: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found";
+        let err = handshake_with(BridgeEnd {
+            text: format!("the agent bridge ended (exit status 1); its stderr: {glibc}"),
+            cannot_run: true,
+        })
+        .await;
+        let msg = err.to_string();
+        assert!(matches!(err, Error::AgentCannotRun(_)), "{err:?}");
+        assert!(!err.is_transient());
+        assert!(
+            msg.contains("GLIBC_2.34") && msg.contains("deploy/build-agents.sh"),
+            "{msg}"
+        );
+        assert!(!msg.contains("bashrc"), "{msg}");
+
+        let err = handshake_with(BridgeEnd {
+            text: "the agent bridge ended (exit status 1); its stderr: cannot create /ro".into(),
+            cannot_run: false,
+        })
+        .await;
+        assert!(matches!(err, Error::BridgeExited(_)), "{err:?}");
+        assert!(err.is_transient());
+        assert!(err.to_string().contains("cannot create /ro"), "{err}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use russh::{ChannelMsg, ChannelReadHalf};
 use tokio::io::{AsyncRead, ReadBuf};
 
 use super::handler::{lost_reason, LostReason};
+use crate::transport::{cannot_execute, BridgeEnd};
 use crate::Error;
 
 /// Most shell noise accepted before the sentinel line, in bytes.
@@ -86,10 +87,11 @@ impl BridgeReader {
             None if channel_gone => "the ssh connection ended".to_string(),
             None => "no exit status".to_string(),
         };
-        Some(io::Error::other(format!(
-            "the agent bridge ended ({how}); its stderr: {}",
-            self.stderr_text()
-        )))
+        let stderr = self.stderr_text();
+        Some(io::Error::other(BridgeEnd {
+            cannot_run: cannot_execute(self.exit_status, &stderr),
+            text: format!("the agent bridge ended ({how}); its stderr: {stderr}"),
+        }))
     }
 
     async fn next_msg(&mut self) -> Option<ChannelMsg> {
@@ -267,16 +269,6 @@ impl AsyncRead for BridgeReader {
             }
         }
     }
-}
-
-/// Whether a bridge that ended with `status` and `stderr` could not execute the agent binary
-/// (POSIX shells exit 126 for "found but not executable", 127 for "not found"; the dynamic
-/// loader names a missing symbol version such as `GLIBC_2.34`).
-fn cannot_execute(status: Option<u32>, stderr: &str) -> bool {
-    matches!(status, Some(126 | 127))
-        || stderr.contains("GLIBC_")
-        || stderr.contains("cannot execute")
-        || stderr.contains("Exec format error")
 }
 
 #[cfg(test)]
