@@ -18,7 +18,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -29,83 +28,13 @@ use testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::io::AsyncReadExt;
 
 use crate::faults::NetFaults;
+pub use crate::images::{
+    ensure_image, ensure_image_for, fixture_dir, portable_agents, repo_root, FixtureFiles,
+    HostSpec, Suite,
+};
 
 /// The user the image authorizes the client key for.
 pub const USER: &str = "relay";
-
-/// Files produced by `build-images.sh`.
-#[derive(Debug, Clone)]
-pub struct FixtureFiles {
-    /// Image reference, `relay-test/sshd:<tag>`.
-    pub image: String,
-    /// Client private key authorized for [`USER`].
-    pub client_key: PathBuf,
-    /// The image's ed25519 host key, `ssh-ed25519 AAAA...`.
-    pub host_key: String,
-}
-
-/// The repository root (parent of the `tests` crate).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests crate has a parent dir")
-        .to_path_buf()
-}
-
-/// `$RELAY_FIXTURE_DIR`, default `<repo>/target/fixtures`.
-pub fn fixture_dir() -> PathBuf {
-    std::env::var_os("RELAY_FIXTURE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/fixtures"))
-}
-
-/// Builds the fixture image if needed (once per process) and returns its files.
-///
-/// # Errors
-/// When the build script fails (its stderr is included) or its output files are missing.
-pub fn ensure_image() -> Result<FixtureFiles> {
-    static ONCE: OnceLock<Mutex<Option<FixtureFiles>>> = OnceLock::new();
-    let lock = ONCE.get_or_init(|| Mutex::new(None));
-    let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(files) = done.as_ref() {
-        return Ok(files.clone());
-    }
-    let script = repo_root().join("deploy/fixtures/build-images.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{} failed ({}): {}",
-            script.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let dir = fixture_dir();
-    let read = |name: &str| -> Result<String> {
-        let p = dir.join(name);
-        Ok(std::fs::read_to_string(&p)
-            .with_context(|| format!("reading {}", p.display()))?
-            .trim()
-            .to_string())
-    };
-    let files = FixtureFiles {
-        image: read("image")?,
-        client_key: dir.join("id_ed25519"),
-        host_key: read("host_ed25519.pub")?,
-    };
-    if !files.client_key.is_file() {
-        bail!(
-            "{} is missing after the image build",
-            files.client_key.display()
-        );
-    }
-    *done = Some(files.clone());
-    Ok(files)
-}
 
 /// Output of a command run in a container.
 #[derive(Debug, Clone)]
@@ -175,7 +104,15 @@ impl SshHost {
     /// # Errors
     /// When the image cannot be built or the container does not come up.
     pub async fn start() -> Result<SshHost> {
-        let files = tokio::task::spawn_blocking(ensure_image).await??;
+        Self::start_with(HostSpec::default()).await
+    }
+
+    /// Starts a host of the kind `spec` describes, like [`SshHost::start`].
+    ///
+    /// # Errors
+    /// When the image cannot be built or the container does not come up.
+    pub async fn start_with(spec: HostSpec) -> Result<SshHost> {
+        let files = tokio::task::spawn_blocking(move || ensure_image_for(spec.suite)).await??;
         let (name, tag) = files
             .image
             .rsplit_once(':')
@@ -183,10 +120,22 @@ impl SshHost {
         let mut last_err = None;
         for _ in 0..3 {
             let port = free_port()?;
-            let request = GenericImage::new(name, tag)
+            let mut request = GenericImage::new(name, tag)
                 .with_wait_for(WaitFor::message_on_stderr("Server listening on"))
                 .with_mapped_port(port, 22.tcp())
                 .with_startup_timeout(Duration::from_secs(60));
+            if spec.noexec_install_dir {
+                request = request.with_host_config_modifier(|config| {
+                    // Docker's own tmpfs options, as `docker run --tmpfs PATH:OPTIONS`.
+                    config.tmpfs = Some(
+                        [(
+                            format!("/home/{USER}/.relay"),
+                            "rw,noexec,nosuid,mode=1777".to_string(),
+                        )]
+                        .into(),
+                    );
+                });
+            }
             match request.start().await {
                 Ok(container) => {
                     let home = tempfile::tempdir()?;

@@ -443,6 +443,7 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 
 pub mod faults;
 pub mod fixture;
+pub mod images;
 pub mod inspect;
 pub mod pty_run;
 

@@ -24,6 +24,7 @@ mod deploy;
 mod faults;
 mod fixture_faults;
 mod host_keys;
+mod older_hosts;
 mod sessions;
 mod ssh_config;
 

@@ -1,0 +1,172 @@
+//! Fixture images and agents built on demand: the sshd host images of
+//! `deploy/fixtures/build-images.sh` (one per Debian [`Suite`]) and the portable agents of
+//! `deploy/build-agents.sh`. Each is built at most once per test process (behind a lock; the
+//! scripts also hold their own locks, so parallel test binaries do not race).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+/// Files produced by `build-images.sh`.
+#[derive(Debug, Clone)]
+pub struct FixtureFiles {
+    /// Image reference, `relay-test/sshd:<tag>`.
+    pub image: String,
+    /// Client private key authorized for [`USER`](crate::fixture::USER).
+    pub client_key: PathBuf,
+    /// The image's ed25519 host key, `ssh-ed25519 AAAA...`.
+    pub host_key: String,
+}
+
+/// The repository root (parent of the `tests` crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests crate has a parent dir")
+        .to_path_buf()
+}
+
+/// `$RELAY_FIXTURE_DIR`, default `<repo>/target/fixtures`.
+pub fn fixture_dir() -> PathBuf {
+    std::env::var_os("RELAY_FIXTURE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/fixtures"))
+}
+
+/// The Debian release of a fixture host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Suite {
+    /// Debian 12 (glibc 2.36, OpenSSH 9.2): the default host.
+    #[default]
+    Bookworm,
+    /// Debian 11 (glibc 2.31, OpenSSH 8.4): the C library of Ubuntu 20.04 and RHEL 8 class
+    /// hosts, older than the one this machine builds against.
+    Bullseye,
+}
+
+impl Suite {
+    fn name(self) -> &'static str {
+        match self {
+            Suite::Bookworm => "bookworm",
+            Suite::Bullseye => "bullseye",
+        }
+    }
+
+    /// Suffix of the build script's output files for this suite (none for the default).
+    fn file_suffix(self) -> &'static str {
+        match self {
+            Suite::Bookworm => "",
+            Suite::Bullseye => "-bullseye",
+        }
+    }
+}
+
+/// What kind of host [`SshHost::start_with`](crate::fixture::SshHost::start_with) starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostSpec {
+    /// The Debian release.
+    pub suite: Suite,
+    /// Mount a `noexec` tmpfs on `~relay/.relay`, where relay installs its agent (as on hosts
+    /// whose home directories are mounted `noexec`).
+    pub noexec_install_dir: bool,
+}
+
+/// Builds the default (bookworm) fixture image if needed (once per process) and returns its
+/// files.
+///
+/// # Errors
+/// As [`ensure_image_for`].
+pub fn ensure_image() -> Result<FixtureFiles> {
+    ensure_image_for(Suite::Bookworm)
+}
+
+/// Builds the fixture image of `suite` if needed (once per process and suite) and returns its
+/// files.
+///
+/// # Errors
+/// When the build script fails (its stderr is included) or its output files are missing.
+pub fn ensure_image_for(suite: Suite) -> Result<FixtureFiles> {
+    static ONCE: OnceLock<Mutex<Vec<(Suite, FixtureFiles)>>> = OnceLock::new();
+    let lock = ONCE.get_or_init(|| Mutex::new(Vec::new()));
+    let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, files)) = done.iter().find(|(s, _)| *s == suite) {
+        return Ok(files.clone());
+    }
+    let script = repo_root().join("deploy/fixtures/build-images.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .args(["--suite", suite.name()])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed ({}): {}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let dir = fixture_dir();
+    let read = |name: &str| -> Result<String> {
+        let p = dir.join(name);
+        Ok(std::fs::read_to_string(&p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .trim()
+            .to_string())
+    };
+    let sfx = suite.file_suffix();
+    let files = FixtureFiles {
+        image: read(&format!("image{sfx}"))?,
+        client_key: dir.join("id_ed25519"),
+        host_key: read(&format!("host_ed25519{sfx}.pub"))?,
+    };
+    if !files.client_key.is_file() {
+        bail!(
+            "{} is missing after the image build",
+            files.client_key.display()
+        );
+    }
+    done.push((suite, files.clone()));
+    Ok(files)
+}
+
+/// Builds the portable agents with `deploy/build-agents.sh` (once per process; incremental) into
+/// `agents/` beside the directory of this build's `relay` binary, where `relay` looks for them by
+/// default, and returns that directory.
+///
+/// # Errors
+/// When the script fails (its stderr is included: e.g. cargo-zigbuild missing, with the fix).
+pub fn portable_agents() -> Result<PathBuf> {
+    static ONCE: OnceLock<Mutex<Option<PathBuf>>> = OnceLock::new();
+    let lock = ONCE.get_or_init(|| Mutex::new(None));
+    let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(dir) = done.as_ref() {
+        return Ok(dir.clone());
+    }
+    let relay = &crate::bins().relay;
+    let dir = relay
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow!("{} has no grandparent directory", relay.display()))?
+        .join("agents");
+    let script = repo_root().join("deploy/build-agents.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .env("RELAY_AGENTS_OUT", &dir)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed ({}): {}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    *done = Some(dir.clone());
+    Ok(dir)
+}
