@@ -22,7 +22,8 @@
 //! - [`lifecycle`]: the cleanup policy as one pure function of observed facts, and the per-lease
 //!   timers that only trigger its re-check;
 //! - [`screen`]: a terminal model per PTY (snapshots with scrollback and alternate screen, events);
-//! - [`limits`]: request size limits and fitting `ListLeases` into a frame.
+//! - [`limits`]: request size limits and fitting `ListLeases` into a frame;
+//! - [`wire_signal`]: the wire's (Linux) signal numbers mapped to the host's signals.
 //!
 //! IO around it:
 //! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill with a
@@ -67,6 +68,7 @@ pub mod session;
 pub mod shell;
 pub mod state;
 pub mod subscription;
+pub mod wire_signal;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> u64 {

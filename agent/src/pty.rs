@@ -316,11 +316,10 @@ impl Pty {
     /// Sends `signal` to the PTY's foreground process group (the shell's group if none).
     ///
     /// # Errors
-    /// [`ErrorReply::BadRequest`] for an unknown signal number.
+    /// [`ErrorReply::BadRequest`] for a number that is not a Linux signal number 1–31 (the
+    /// wire's numbering, mapped by [`crate::wire_signal::from_wire`]).
     pub fn signal(&self, signal: i32) -> Result<(), ErrorReply> {
-        let sig = Signal::try_from(signal).map_err(|_| ErrorReply::BadRequest {
-            message: format!("{signal} is not a signal number on this host"),
-        })?;
+        let sig = crate::wire_signal::from_wire(signal)?;
         let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
         if *reaped {
             return Ok(());
