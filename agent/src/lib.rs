@@ -28,7 +28,8 @@
 //! IO around it:
 //! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill with a
 //!   sweep of the PTY's session; [`procfs`]: what the agent reads from `/proc`;
-//! - [`journal`]: the lease journal, replayed and compacted on start;
+//! - [`journal`]: the lease journal, replayed and compacted on start; [`counters`]: when a PTY's
+//!   output counters are journaled (bounded, never per chunk);
 //! - [`orphan`]: ending PTY processes that outlived a killed daemon, on the next start;
 //! - [`state`]: the shared daemon state handle (lease book + PTYs + journal + timers);
 //! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
@@ -48,6 +49,7 @@
 pub mod bridge;
 pub mod config;
 pub mod connection;
+pub mod counters;
 pub mod credit;
 pub mod daemon;
 pub mod dispatch;

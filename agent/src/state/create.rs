@@ -11,6 +11,7 @@ use relay_protocol::message::{Create, Created, Replace};
 use relay_protocol::{Binding, ErrorReply, PaneKey, SpawnSpec};
 
 use super::{Attachment, State};
+use crate::counters::CounterNote;
 use crate::journal::{self, Record};
 use crate::lease::Lease;
 use crate::lifecycle::LeasePolicy;
@@ -152,11 +153,13 @@ impl State {
             self.inner.config.scrollback_lines,
         );
         let b = binding.clone();
-        let spawned = tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring, scrollback))
-            .await
-            .map_err(|e| ErrorReply::Internal {
-                message: format!("spawn task failed: {e}"),
-            })??;
+        let counters = Arc::new(CounterNote::new(b.pty, self.inner.counters.clone()));
+        let spawned =
+            tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring, scrollback, counters))
+                .await
+                .map_err(|e| ErrorReply::Internal {
+                    message: format!("spawn task failed: {e}"),
+                })??;
         let pty = Arc::clone(&spawned.pty);
         let mut lease = Lease::live(
             binding.clone(),

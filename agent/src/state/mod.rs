@@ -6,7 +6,9 @@
 //! - `create`: create, open and replace (the only paths that spawn);
 //! - `attach`: attachments (a guard per subscriber) and the fenced per-PTY operations;
 //! - `end`: a PTY's exit, kills and ends with their outcome, daemon shutdown;
-//! - `lifecycle`: facts for the policy, timers, policy ends, `Inspect` rows.
+//! - `lifecycle`: facts for the policy, timers, policy ends, `Inspect` rows;
+//! - `counters`: journaling live PTYs' output counters (on detach, and bounded while output
+//!   flows).
 //!
 //! Locking (rule F, no global lock on the hot paths):
 //! - `ptys`, a sharded concurrent map (dashmap) from PTY id to running PTY: the keystroke,
@@ -22,6 +24,7 @@
 //! one pane cannot both spawn (rule D) while creates of other panes proceed (rule F).
 
 mod attach;
+mod counters;
 mod create;
 mod end;
 mod lifecycle;
@@ -64,6 +67,8 @@ struct Inner {
     connections: AtomicU32,
     /// Set by [`State::shutdown`]: PTYs ending now end because the daemon stops.
     stopping: AtomicBool,
+    /// PTYs whose output counters are due for the journal (see [`crate::counters`]).
+    counters: tokio::sync::mpsc::UnboundedSender<PtyId>,
 }
 
 /// Counts a connection while it lives (for `Status`).
@@ -116,6 +121,7 @@ impl State {
         }
         report.restarted = table.end_previous_incarnations(now_ms());
         let journal = Journal::start(journal, &table)?;
+        let (counters, counters_due) = tokio::sync::mpsc::unbounded_channel();
         let state = State {
             inner: Arc::new(Inner {
                 config,
@@ -129,8 +135,10 @@ impl State {
                 timers: Timers::new(),
                 connections: AtomicU32::new(0),
                 stopping: AtomicBool::new(false),
+                counters,
             }),
         };
+        state.start_counter_task(counters_due);
         Ok((state, report))
     }
 
