@@ -10,19 +10,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use relay_protocol::{
     Capability, DecodeError, ErrorReply, FrameCodec, Hello, Limits, Message, Request, Response,
     Welcome, DEFAULT_MAX_FRAME, MAGIC, MAX_OUTPUT_CHUNK, PROTOCOL_MAJOR, PROTOCOL_MINOR,
 };
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedWrite;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::dispatch::dispatch;
+use crate::inbound::{FrameReader, ReadError};
 use crate::session::{PeerTerms, Session};
 use crate::state::State;
 
@@ -35,7 +36,7 @@ const ENVELOPE_SLACK: u32 = 64;
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
-type Frames = FramedRead<OwnedReadHalf, FrameCodec>;
+type Frames = FrameReader;
 
 /// Serves one accepted connection until it closes or `cancel` fires. Everything it logs carries
 /// the span `conn{id, client}` (client id once Hello arrived).
@@ -48,7 +49,13 @@ pub async fn serve(stream: UnixStream, state: State, cancel: CancellationToken) 
 async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationToken) {
     let _counted = state.connection();
     let (rd, wr) = stream.into_split();
-    let mut frames = FramedRead::new(rd, FrameCodec::new(DEFAULT_MAX_FRAME));
+    let config = state.config();
+    let mut frames = FrameReader::new(
+        rd,
+        DEFAULT_MAX_FRAME,
+        config.frame_timeout,
+        state.frame_budget().clone(),
+    );
 
     let first = tokio::select! {
         _ = cancel.cancelled() => return,
@@ -177,6 +184,9 @@ async fn read_loop(
             }
             Err(e) => return warn_close(format!("undecodable message: {e}")),
         };
+        // Its room in the frame budget was given back when it completed: free it now, not
+        // after a dispatch that may take long (a create).
+        drop(frame);
         if let Some(reply) = dispatch(session, id, req).await {
             if out.send(Message::Response(id, reply)).await.is_err() {
                 return "writer closed".into();
@@ -199,10 +209,7 @@ fn msg_op(m: &Message) -> relay_protocol::Op {
     }
 }
 
-type FirstFrame = Result<
-    Option<Result<bytes::BytesMut, relay_protocol::frame::FrameError>>,
-    tokio::time::error::Elapsed,
->;
+type FirstFrame = Result<Option<Result<Bytes, ReadError>>, tokio::time::error::Elapsed>;
 
 /// The first frame must be a Hello request.
 fn read_hello(first: FirstFrame) -> Result<(u64, Hello), String> {

@@ -32,6 +32,7 @@
 //!   output counters are journaled (bounded, never per chunk);
 //! - [`orphan`]: ending PTY processes that outlived a killed daemon, on the next start;
 //! - [`state`]: the shared daemon state handle (lease book + PTYs + journal + timers);
+//! - [`inbound`]: request frames read with bounded memory (all connections) and time;
 //! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
 //!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
 //!   their output forwarding tasks;
@@ -53,6 +54,7 @@ pub mod counters;
 pub mod credit;
 pub mod daemon;
 pub mod dispatch;
+pub mod inbound;
 pub mod input_seq;
 pub mod journal;
 pub mod lease;

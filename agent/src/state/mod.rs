@@ -42,6 +42,7 @@ use relay_protocol::{ErrorReply, Incarnation, LeaseInfo, LeaseState, PaneKey, Pt
 pub use attach::Attachment;
 
 use crate::config::Config;
+use crate::inbound::FrameBudget;
 use crate::journal::{self, Journal, LoadReport, Record};
 use crate::lease::LeaseTable;
 use crate::lifecycle::Timers;
@@ -69,6 +70,8 @@ struct Inner {
     stopping: AtomicBool,
     /// PTYs whose output counters are due for the journal (see [`crate::counters`]).
     counters: tokio::sync::mpsc::UnboundedSender<PtyId>,
+    /// Memory of all connections' incomplete request frames (see [`crate::inbound`]).
+    frame_budget: FrameBudget,
 }
 
 /// Counts a connection while it lives (for `Status`).
@@ -122,6 +125,7 @@ impl State {
         report.restarted = table.end_previous_incarnations(now_ms());
         let journal = Journal::start(journal, &table)?;
         let (counters, counters_due) = tokio::sync::mpsc::unbounded_channel();
+        let frame_budget = FrameBudget::new(config.incomplete_frames_bytes);
         let state = State {
             inner: Arc::new(Inner {
                 config,
@@ -136,6 +140,7 @@ impl State {
                 connections: AtomicU32::new(0),
                 stopping: AtomicBool::new(false),
                 counters,
+                frame_budget,
             }),
         };
         state.start_counter_task(counters_due);
@@ -150,6 +155,11 @@ impl State {
     /// Settings.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The budget all connections' incomplete request frames share.
+    pub fn frame_budget(&self) -> &FrameBudget {
+        &self.inner.frame_budget
     }
 
     /// Registers a connection until the guard drops.

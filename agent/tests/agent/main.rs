@@ -7,6 +7,7 @@ mod support;
 mod bridge;
 mod ending;
 mod flow;
+mod frames;
 mod hygiene;
 mod input_seq;
 mod lifecycle;
