@@ -3,7 +3,8 @@
 //! Frames go out through a bounded queue drained by a writer task, so replies and every
 //! subscription's output share the connection fairly and a peer that stops reading only stalls
 //! itself. Anything malformed (an oversized or truncated frame, an undecodable envelope or body,
-//! a first message that is not Hello) closes *this* connection with a reason logged at warn level;
+//! a first message that is not Hello) closes *this* connection with a reason logged at warn level
+//! (rate-limited: [`crate::log_limit::CLOSING`]);
 //! an unknown op code is answered with `Unsupported` and the connection stays open (rule H).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use tracing::Instrument;
 
 use crate::dispatch::dispatch;
 use crate::inbound::{FrameReader, ReadError};
+use crate::log_limit::{CLIENTS, CLOSING};
 use crate::session::{PeerTerms, Session};
 use crate::state::State;
 
@@ -64,7 +66,9 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
     let (id, hello) = match read_hello(first) {
         Ok(h) => h,
         Err(reason) => {
-            tracing::warn!("closing connection: {reason}");
+            if CLOSING.admit() {
+                tracing::warn!("closing connection: {reason}");
+            }
             return;
         }
     };
@@ -76,7 +80,9 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
     let writer = tokio::spawn(write_loop(wr, out_rx, peer_max).in_current_span());
 
     if let Err(refusal) = check_hello(&hello, &state) {
-        tracing::warn!("closing connection: {refusal}");
+        if CLOSING.admit() {
+            tracing::warn!("closing connection: {refusal}");
+        }
         let _ = out
             .send(Message::Response(id, Response::Error(refusal)))
             .await;
@@ -84,17 +90,19 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
         return;
     }
     let credit = hello.capabilities.iter().any(|c| c.0 == Capability::CREDIT);
-    tracing::info!(
-        "client version {} protocol {}.{}{}",
-        short(&hello.client_version),
-        hello.major,
-        hello.minor,
-        if credit {
-            ""
-        } else {
-            " without credit (output is not windowed)"
-        }
-    );
+    if CLIENTS.admit() {
+        tracing::info!(
+            "client version {} protocol {}.{}{}",
+            short(&hello.client_version),
+            hello.major,
+            hello.minor,
+            if credit {
+                ""
+            } else {
+                " without credit (output is not windowed)"
+            }
+        );
+    }
     let welcome = welcome(&state, chunk);
     if out
         .send(Message::Response(id, Response::Welcome(welcome)))
@@ -197,7 +205,9 @@ async fn read_loop(
 }
 
 fn warn_close(reason: String) -> String {
-    tracing::warn!("closing connection: {reason}");
+    if CLOSING.admit() {
+        tracing::warn!("closing connection: {reason}");
+    }
     reason
 }
 

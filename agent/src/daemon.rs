@@ -146,7 +146,7 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
         }
         Err((_, e)) => bail!("could not lock {}: {e}", lock_path.display()),
     };
-    let _log = logging::init(paths, also_stderr)?;
+    logging::init(paths, also_stderr)?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
     let result = (|| {

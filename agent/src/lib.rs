@@ -36,7 +36,8 @@
 //! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
 //!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
 //!   their output forwarding tasks;
-//! - [`daemon`], [`bridge`], [`logging`], [`paths`], [`config`]: process plumbing.
+//! - [`daemon`], [`bridge`], [`logging`] ([`log_file`]: rotation, disk reserve, whole lines;
+//!   [`log_limit`]: rate-limited warnings), [`paths`], [`config`]: process plumbing.
 //!
 //! Architecture invariant: nothing that learns a connection is gone (EOF, error, timeout) ends a
 //! PTY or drops a lease; only `Kill`/`End`, the lifecycle policy after re-verifying every
@@ -60,6 +61,8 @@ pub mod journal;
 pub mod lease;
 pub mod lifecycle;
 pub mod limits;
+pub mod log_file;
+pub mod log_limit;
 pub mod logging;
 pub mod orphan;
 pub mod paths;

@@ -210,11 +210,15 @@ impl State {
         mode: Mode<'_>,
     ) -> Result<Option<Attachment>, ErrorReply> {
         let (pane, pty_id) = (lease.binding.pane.clone(), lease.binding.pty);
-        let unrecorded = |e: std::io::Error| ErrorReply::SpawnFailed {
-            message: format!(
+        let unrecorded = |e: std::io::Error| {
+            let message = format!(
                 "nothing was started: the new PTY could not be recorded in the lease journal and \
                  was ended again ({e})"
-            ),
+            );
+            // The client gets it; the log too, space permitting (an error line may use the
+            // space the log otherwise leaves free, and is written whole or not at all).
+            tracing::error!(pane = %pane, "create refused: {message}");
+            ErrorReply::SpawnFailed { message }
         };
         let mut journal = self.journal();
         let now = now_ms();

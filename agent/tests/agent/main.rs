@@ -12,6 +12,7 @@ mod hygiene;
 mod input_seq;
 mod lifecycle;
 mod limits;
+mod logs;
 mod malformed;
 mod open;
 mod output;
