@@ -37,6 +37,13 @@ pub struct Config {
     /// `RELAY_SCREEN_MODEL=off`: no snapshots, no events, the `screen` capability is not
     /// advertised — for measuring the model's cost).
     pub scrollback_lines: Option<usize>,
+    /// Time a request frame may take to arrive once its first byte did (env
+    /// `RELAY_FRAME_TIMEOUT_MS`, default [`crate::inbound::DEFAULT_FRAME_TIMEOUT`]).
+    pub frame_timeout: Duration,
+    /// Memory the bodies of incomplete request frames of all connections may hold together, in
+    /// bytes (env `RELAY_INCOMPLETE_FRAMES_BYTES`, default
+    /// [`crate::inbound::DEFAULT_INCOMPLETE_FRAMES_BYTES`]; at least the 1 MiB frame maximum).
+    pub incomplete_frames_bytes: usize,
     /// Lifecycle cleanup settings (env `RELAY_UNUSED_GRACE`: `off` or a duration, default `10m`;
     /// `RELAY_IDLE_EXPIRY`: default `off`; `RELAY_SUGGEST_AFTER`: default `1d`). They govern the
     /// PTYs of connections that state a policy (see [`crate::lifecycle`]).
@@ -55,6 +62,8 @@ impl Default for Config {
             max_pending_input: 4 * 1024 * 1024,
             connection_queue: 64,
             scrollback_lines: Some(crate::screen::DEFAULT_SCROLLBACK_LINES),
+            frame_timeout: crate::inbound::DEFAULT_FRAME_TIMEOUT,
+            incomplete_frames_bytes: crate::inbound::DEFAULT_INCOMPLETE_FRAMES_BYTES,
             policy: HostPolicy::default(),
         }
     }
@@ -76,6 +85,19 @@ impl Config {
         }
         if let Some(ms) = number("RELAY_EXIT_OUTPUT_GRACE_MS")? {
             c.exit_output_grace = Duration::from_millis(ms);
+        }
+        if let Some(ms) = number("RELAY_FRAME_TIMEOUT_MS")? {
+            c.frame_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = number("RELAY_INCOMPLETE_FRAMES_BYTES")? {
+            let min = u64::from(relay_protocol::DEFAULT_MAX_FRAME);
+            if n < min {
+                return Err(format!(
+                    "RELAY_INCOMPLETE_FRAMES_BYTES={n} is below one maximal frame ({min} bytes); \
+                     unset it or give at least {min}"
+                ));
+            }
+            c.incomplete_frames_bytes = usize::try_from(n).map_err(|e| e.to_string())?;
         }
         if let Ok(v) = std::env::var("RELAY_SCROLLBACK_LINES") {
             c.scrollback_lines = Some(scrollback_lines(&v)?);

@@ -3,26 +3,29 @@
 //! Frames go out through a bounded queue drained by a writer task, so replies and every
 //! subscription's output share the connection fairly and a peer that stops reading only stalls
 //! itself. Anything malformed (an oversized or truncated frame, an undecodable envelope or body,
-//! a first message that is not Hello) closes *this* connection with a reason logged at warn level;
+//! a first message that is not Hello) closes *this* connection with a reason logged at warn level
+//! (rate-limited: [`crate::log_limit::CLOSING`]);
 //! an unknown op code is answered with `Unsupported` and the connection stays open (rule H).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use relay_protocol::{
     Capability, DecodeError, ErrorReply, FrameCodec, Hello, Limits, Message, Request, Response,
     Welcome, DEFAULT_MAX_FRAME, MAGIC, MAX_OUTPUT_CHUNK, PROTOCOL_MAJOR, PROTOCOL_MINOR,
 };
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedWrite;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::dispatch::dispatch;
+use crate::inbound::{FrameReader, ReadError};
+use crate::log_limit::{CLIENTS, CLOSING};
 use crate::session::{PeerTerms, Session};
 use crate::state::State;
 
@@ -35,7 +38,7 @@ const ENVELOPE_SLACK: u32 = 64;
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
-type Frames = FramedRead<OwnedReadHalf, FrameCodec>;
+type Frames = FrameReader;
 
 /// Serves one accepted connection until it closes or `cancel` fires. Everything it logs carries
 /// the span `conn{id, client}` (client id once Hello arrived).
@@ -48,7 +51,13 @@ pub async fn serve(stream: UnixStream, state: State, cancel: CancellationToken) 
 async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationToken) {
     let _counted = state.connection();
     let (rd, wr) = stream.into_split();
-    let mut frames = FramedRead::new(rd, FrameCodec::new(DEFAULT_MAX_FRAME));
+    let config = state.config();
+    let mut frames = FrameReader::new(
+        rd,
+        DEFAULT_MAX_FRAME,
+        config.frame_timeout,
+        state.frame_budget().clone(),
+    );
 
     let first = tokio::select! {
         _ = cancel.cancelled() => return,
@@ -57,7 +66,9 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
     let (id, hello) = match read_hello(first) {
         Ok(h) => h,
         Err(reason) => {
-            tracing::warn!("closing connection: {reason}");
+            if CLOSING.admit() {
+                tracing::warn!("closing connection: {reason}");
+            }
             return;
         }
     };
@@ -69,7 +80,9 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
     let writer = tokio::spawn(write_loop(wr, out_rx, peer_max).in_current_span());
 
     if let Err(refusal) = check_hello(&hello, &state) {
-        tracing::warn!("closing connection: {refusal}");
+        if CLOSING.admit() {
+            tracing::warn!("closing connection: {refusal}");
+        }
         let _ = out
             .send(Message::Response(id, Response::Error(refusal)))
             .await;
@@ -77,17 +90,19 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
         return;
     }
     let credit = hello.capabilities.iter().any(|c| c.0 == Capability::CREDIT);
-    tracing::info!(
-        "client version {} protocol {}.{}{}",
-        short(&hello.client_version),
-        hello.major,
-        hello.minor,
-        if credit {
-            ""
-        } else {
-            " without credit (output is not windowed)"
-        }
-    );
+    if CLIENTS.admit() {
+        tracing::info!(
+            "client version {} protocol {}.{}{}",
+            short(&hello.client_version),
+            hello.major,
+            hello.minor,
+            if credit {
+                ""
+            } else {
+                " without credit (output is not windowed)"
+            }
+        );
+    }
     let welcome = welcome(&state, chunk);
     if out
         .send(Message::Response(id, Response::Welcome(welcome)))
@@ -177,6 +192,9 @@ async fn read_loop(
             }
             Err(e) => return warn_close(format!("undecodable message: {e}")),
         };
+        // Its room in the frame budget was given back when it completed: free it now, not
+        // after a dispatch that may take long (a create).
+        drop(frame);
         if let Some(reply) = dispatch(session, id, req).await {
             if out.send(Message::Response(id, reply)).await.is_err() {
                 return "writer closed".into();
@@ -187,7 +205,9 @@ async fn read_loop(
 }
 
 fn warn_close(reason: String) -> String {
-    tracing::warn!("closing connection: {reason}");
+    if CLOSING.admit() {
+        tracing::warn!("closing connection: {reason}");
+    }
     reason
 }
 
@@ -199,10 +219,7 @@ fn msg_op(m: &Message) -> relay_protocol::Op {
     }
 }
 
-type FirstFrame = Result<
-    Option<Result<bytes::BytesMut, relay_protocol::frame::FrameError>>,
-    tokio::time::error::Elapsed,
->;
+type FirstFrame = Result<Option<Result<Bytes, ReadError>>, tokio::time::error::Elapsed>;
 
 /// The first frame must be a Hello request.
 fn read_hello(first: FirstFrame) -> Result<(u64, Hello), String> {

@@ -4,8 +4,10 @@
 //! daemon's whole life (if another daemon holds it, exit 0 quietly); remove a stale socket (only
 //! while holding the lock) and bind `run/agent.sock`; replay the lease journal.
 //!
-//! Without `--foreground` the daemon detaches first: fork, `setsid`, fork again (so it is not a
-//! session leader and can never acquire a controlling terminal), stdio to `/dev/null`, cwd `/`.
+//! First it closes every descriptor above stdio that it inherited (a FIFO or pipe writer kept by
+//! a daemon would block its reader until the daemon stops). Without `--foreground` the daemon
+//! then detaches: fork, `setsid`, fork again (so it is not a session leader and can never acquire
+//! a controlling terminal), stdio to `/dev/null`, cwd `/`.
 //! The original process waits until the daemon reports ready (listening, or another daemon is
 //! already running: exit 0) or failed (exit 1 with the reason on stderr). Killing whoever started
 //! it (a bridge, its process group, the SSH session) cannot reach the daemon or its PTYs.
@@ -41,6 +43,7 @@ use crate::{logging, server};
 /// # Errors
 /// Start-up failures: directories, lock file, logging, socket, journal.
 pub fn main(paths: &Paths, foreground: bool) -> anyhow::Result<ExitCode> {
+    close_inherited_fds();
     paths.prepare_run_dir()?;
     paths.prepare_data_dirs()?;
     if foreground {
@@ -84,6 +87,26 @@ pub fn main(paths: &Paths, foreground: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Closes every descriptor above the standard streams that whoever started the daemon left
+/// open (a pipe, a FIFO, a socket of an SSH session): the daemon lives for days, and a writer
+/// end it kept would keep the reader on the other side from ever seeing end-of-file. Called
+/// first, while nothing of the daemon's own is open and no other thread exists. Shells started
+/// later get only their PTY as stdio (portable-pty closes everything above 2 in the child).
+fn close_inherited_fds() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    // The directory's own descriptor is in the list and already closed: EBADF, harmless.
+    for fd in fds {
+        // Safety: nothing in this process owns these descriptors yet.
+        unsafe { nix::libc::close(fd) };
+    }
+}
+
 /// Points stdio at /dev/null and leaves the caller's working directory.
 fn detach_stdio() -> anyhow::Result<()> {
     let null = OpenOptions::new()
@@ -123,7 +146,7 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
         }
         Err((_, e)) => bail!("could not lock {}: {e}", lock_path.display()),
     };
-    let _log = logging::init(paths, also_stderr)?;
+    logging::init(paths, also_stderr)?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
     let result = (|| {

@@ -110,6 +110,16 @@ pub enum Record {
         /// The PTYs.
         ptys: Vec<PtyId>,
     },
+    /// A live PTY's output counters, so they survive a daemon that is killed (see
+    /// [`crate::counters`] for when this is written).
+    Output {
+        /// The PTY.
+        pty: PtyId,
+        /// Output bytes produced so far.
+        bytes_out: u64,
+        /// Last output time, ms since the Unix epoch.
+        last_output_ms: Option<u64>,
+    },
     /// The protect flag changed.
     Protect {
         /// The PTY.
@@ -367,6 +377,17 @@ pub fn apply(table: &mut LeaseTable, rec: Record) -> bool {
             true
         }
         Record::Protect { pty, protected } => table.set_protected(&pty, protected),
+        Record::Output {
+            pty,
+            bytes_out,
+            last_output_ms,
+        } => {
+            if table.get(&pty).is_none() {
+                return false;
+            }
+            table.set_output(&pty, bytes_out, last_output_ms);
+            true
+        }
     }
 }
 
@@ -406,6 +427,14 @@ pub fn records_of(table: &LeaseTable) -> Vec<Record> {
                 pty: l.binding.pty,
                 reason: reason.clone(),
                 detail: detail.clone(),
+            });
+        }
+        let ended = matches!(l.phase, Phase::Ended { .. });
+        if !ended && (l.bytes_out > 0 || l.last_output_ms.is_some()) {
+            out.push(Record::Output {
+                pty: l.binding.pty,
+                bytes_out: l.bytes_out,
+                last_output_ms: l.last_output_ms,
             });
         }
         if let Phase::Ended { exit, reason } = &l.phase {

@@ -22,18 +22,22 @@
 //! - [`lifecycle`]: the cleanup policy as one pure function of observed facts, and the per-lease
 //!   timers that only trigger its re-check;
 //! - [`screen`]: a terminal model per PTY (snapshots with scrollback and alternate screen, events);
-//! - [`limits`]: request size limits and fitting `ListLeases` into a frame.
+//! - [`limits`]: request size limits and fitting `ListLeases` into a frame;
+//! - [`wire_signal`]: the wire's (Linux) signal numbers mapped to the host's signals.
 //!
 //! IO around it:
 //! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill with a
 //!   sweep of the PTY's session; [`procfs`]: what the agent reads from `/proc`;
-//! - [`journal`]: the lease journal, replayed and compacted on start;
+//! - [`journal`]: the lease journal, replayed and compacted on start; [`counters`]: when a PTY's
+//!   output counters are journaled (bounded, never per chunk);
 //! - [`orphan`]: ending PTY processes that outlived a killed daemon, on the next start;
 //! - [`state`]: the shared daemon state handle (lease book + PTYs + journal + timers);
+//! - [`inbound`]: request frames read with bounded memory (all connections) and time;
 //! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
 //!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
 //!   their output forwarding tasks;
-//! - [`daemon`], [`bridge`], [`logging`], [`paths`], [`config`]: process plumbing.
+//! - [`daemon`], [`bridge`], [`logging`] ([`log_file`]: rotation, disk reserve, whole lines;
+//!   [`log_limit`]: rate-limited warnings), [`paths`], [`config`]: process plumbing.
 //!
 //! Architecture invariant: nothing that learns a connection is gone (EOF, error, timeout) ends a
 //! PTY or drops a lease; only `Kill`/`End`, the lifecycle policy after re-verifying every
@@ -47,14 +51,18 @@
 pub mod bridge;
 pub mod config;
 pub mod connection;
+pub mod counters;
 pub mod credit;
 pub mod daemon;
 pub mod dispatch;
+pub mod inbound;
 pub mod input_seq;
 pub mod journal;
 pub mod lease;
 pub mod lifecycle;
 pub mod limits;
+pub mod log_file;
+pub mod log_limit;
 pub mod logging;
 pub mod orphan;
 pub mod paths;
@@ -67,6 +75,7 @@ pub mod session;
 pub mod shell;
 pub mod state;
 pub mod subscription;
+pub mod wire_signal;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> u64 {

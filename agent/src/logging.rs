@@ -1,50 +1,53 @@
-//! Daemon logging: `$RELAY_HOME/log/agent.log` (mode 0600) through tracing-appender, filtered by
-//! env `RELAY_LOG` (default `info`). The bridge never logs to stdout (it carries frames).
+//! Daemon logging: `$RELAY_HOME/log/agent.log` (mode 0600), filtered by env `RELAY_LOG`
+//! (default `info`). The bridge never logs to stdout (it carries frames).
+//!
+//! The file is a [`LogFile`]: rotated at 2 MiB to `agent.log.1` (at most 4 MiB on disk), written
+//! only while the disk keeps a reserve free for the lease journal (errors may use the reserve),
+//! and made of whole lines. tracing-appender's rolling appender rotates by time only, so it
+//! cannot bound the size. Lines are written synchronously (one `write` per line, like the
+//! journal); warnings a peer can trigger at will are rate-limited first (see
+//! [`crate::log_limit`]).
 //!
 //! Colour: the file never gets ANSI escape codes; `--foreground` stderr only when it is a
 //! terminal. Text printed to stderr that is read by a program (the connector shows the bridge's
 //! stderr to the user) goes through [`plain`].
 
 use std::borrow::Cow;
-use std::fs::{self, OpenOptions};
-use std::io::IsTerminal;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::io::{self, IsTerminal, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
-use tracing_appender::non_blocking::WorkerGuard;
+use tracing::{Level, Metadata};
+use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer};
 
+use crate::log_file::{LogFile, MAX_LOG_BYTES};
 use crate::paths::{annotate, Paths};
 
 /// Name of the log file in the log directory.
 pub const LOG_FILE: &str = "agent.log";
 
-/// Installs the global subscriber. Keep the guard alive: dropping it flushes the log.
+/// Installs the global subscriber.
 ///
 /// # Errors
 /// When the log file cannot be created or a subscriber is already installed.
-pub fn init(paths: &Paths, also_stderr: bool) -> anyhow::Result<WorkerGuard> {
+pub fn init(paths: &Paths, also_stderr: bool) -> anyhow::Result<()> {
     let path = paths.log_dir().join(LOG_FILE);
-    // Created private before the appender opens it; an older, wider file is tightened.
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| annotate(e, "create", &path))?;
+    // Created private; an older, wider file is tightened.
+    let log = LogFile::open(&path, MAX_LOG_BYTES).map_err(|e| annotate(e, "create", &path))?;
     let meta = fs::symlink_metadata(&path).map_err(|e| annotate(e, "inspect", &path))?;
     if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
             .map_err(|e| annotate(e, "chmod 0600", &path))?;
     }
-    let appender = tracing_appender::rolling::never(paths.log_dir(), LOG_FILE);
-    let (writer, guard) = tracing_appender::non_blocking(appender);
     let filter = || EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     let file = fmt::layer()
         .with_ansi(false)
-        .with_writer(writer)
+        .with_writer(SharedLog(Arc::new(Mutex::new(log))))
         .with_filter(filter());
     let stderr = also_stderr.then(|| {
         fmt::layer()
@@ -57,7 +60,46 @@ pub fn init(paths: &Paths, also_stderr: bool) -> anyhow::Result<WorkerGuard> {
         .with(stderr)
         .try_init()
         .context("installing the log subscriber")?;
-    Ok(guard)
+    Ok(())
+}
+
+/// The log file shared by every thread that logs; error lines are marked urgent.
+struct SharedLog(Arc<Mutex<LogFile>>);
+
+/// One event's writer: the formatter writes the whole line in one call.
+struct LineWriter<'a> {
+    log: &'a Mutex<LogFile>,
+    urgent: bool,
+}
+
+impl<'a> MakeWriter<'a> for SharedLog {
+    type Writer = LineWriter<'a>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter {
+            log: &self.0,
+            urgent: false,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &Metadata<'_>) -> Self::Writer {
+        LineWriter {
+            log: &self.0,
+            urgent: *meta.level() == Level::ERROR,
+        }
+    }
+}
+
+impl Write for LineWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.write_line(buf, self.urgent);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `text` without ANSI escape sequences and other control characters (newlines and tabs stay),

@@ -26,6 +26,7 @@ use portable_pty::{native_pty_system, Child, MasterPty, PtySize};
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, TermSize};
 use tokio::sync::watch;
 
+use crate::counters::CounterNote;
 use crate::input_seq::{Applied, WriterTable};
 use crate::ring::Ring;
 use crate::screen::{worker, PtyScreen, ScreenFeed};
@@ -83,6 +84,8 @@ pub struct Pty {
     size: Mutex<TermSize>,
     /// The terminal model, unless the daemon runs with it off.
     screen: Option<ScreenFeed>,
+    /// Output counters changed since they were journaled (see [`crate::counters`]).
+    counters: Arc<CounterNote>,
 }
 
 /// A freshly spawned PTY whose waiter is not started yet (the daemon first records the lease).
@@ -98,6 +101,7 @@ pub struct Spawned {
 impl Pty {
     /// Spawns `spec` in a new PTY for `binding`, with a replay ring of `ring_bytes` and, unless
     /// `scrollback` is `None` (model off), a terminal model keeping that many scrollback lines.
+    /// The reader notes output on `counters` (at most one queue entry until it is taken).
     ///
     /// # Errors
     /// [`ErrorReply::SpawnFailed`] (bad cwd, program not found, PTY allocation failed) or
@@ -107,6 +111,7 @@ impl Pty {
         spec: &SpawnSpec,
         ring_bytes: usize,
         scrollback: Option<usize>,
+        counters: Arc<CounterNote>,
     ) -> Result<Spawned, ErrorReply> {
         let prepared = shell::prepare(spec)?;
         let size = if spec.size.cols == 0 || spec.size.rows == 0 {
@@ -171,6 +176,7 @@ impl Pty {
             kill_outcome: watch::Sender::new(None),
             size: Mutex::new(size),
             screen,
+            counters,
         });
         pty.start_reader(reader, eof_tx);
         pty.start_writer(writer, input_rx);
@@ -215,6 +221,11 @@ impl Pty {
     /// Last output time (ms since the Unix epoch), if any output was seen.
     pub fn last_output_ms(&self) -> Option<u64> {
         Some(self.last_output_ms.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+
+    /// The note the reader sets when output arrived after the counters were journaled.
+    pub fn counters(&self) -> &CounterNote {
+        &self.counters
     }
 
     /// Last input time (ms since the Unix epoch), if any input was queued.
@@ -316,11 +327,10 @@ impl Pty {
     /// Sends `signal` to the PTY's foreground process group (the shell's group if none).
     ///
     /// # Errors
-    /// [`ErrorReply::BadRequest`] for an unknown signal number.
+    /// [`ErrorReply::BadRequest`] for a number that is not a Linux signal number 1–31 (the
+    /// wire's numbering, mapped by [`crate::wire_signal::from_wire`]).
     pub fn signal(&self, signal: i32) -> Result<(), ErrorReply> {
-        let sig = Signal::try_from(signal).map_err(|_| ErrorReply::BadRequest {
-            message: format!("{signal} is not a signal number on this host"),
-        })?;
+        let sig = crate::wire_signal::from_wire(signal)?;
         let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
         if *reaped {
             return Ok(());
@@ -355,6 +365,7 @@ impl Pty {
         let progress = self.progress.clone();
         let last = Arc::clone(&self.last_output_ms);
         let screen = self.screen.clone();
+        let counters = Arc::clone(&self.counters);
         let name = format!("relay-read-{}", self.binding.pty.counter);
         let spawned = thread::Builder::new().name(name).spawn(move || {
             let _eof = eof; // Dropped on return: tells the waiter that output is finished.
@@ -376,6 +387,7 @@ impl Pty {
                         };
                         last.store(crate::now_ms(), Ordering::Relaxed);
                         progress.send_modify(|p| p.end = end);
+                        counters.note();
                         if let Some(feed) = &screen {
                             worker::request_catch_up(feed);
                         }

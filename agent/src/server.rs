@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::connection;
+use crate::log_limit::REFUSED;
 use crate::state::State;
 
 /// How long connections may take to wind down after shutdown was requested.
@@ -32,7 +33,9 @@ pub async fn run(listener: UnixListener, state: State, shutdown: impl Future<Out
             Ok((stream, _)) => stream,
             Err(e) => {
                 // E.g. out of file descriptors: back off instead of spinning.
-                tracing::warn!("accept failed: {e}");
+                if REFUSED.admit() {
+                    tracing::warn!("accept failed: {e}");
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -45,12 +48,21 @@ pub async fn run(listener: UnixListener, state: State, shutdown: impl Future<Out
                     cancel.child_token(),
                 ));
             }
-            Ok(cred) => tracing::warn!(
-                "refused a connection from uid {} (pid {:?}); only uid {uid} may use this agent",
-                cred.uid(),
-                cred.pid()
-            ),
-            Err(e) => tracing::warn!("refused a connection whose peer is unknown: {e}"),
+            Ok(cred) => {
+                if REFUSED.admit() {
+                    tracing::warn!(
+                        "refused a connection from uid {} (pid {:?}); only uid {uid} may use \
+                         this agent",
+                        cred.uid(),
+                        cred.pid()
+                    );
+                }
+            }
+            Err(e) => {
+                if REFUSED.admit() {
+                    tracing::warn!("refused a connection whose peer is unknown: {e}");
+                }
+            }
         }
     }
     cancel.cancel();

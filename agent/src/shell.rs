@@ -6,9 +6,14 @@
 //!   missing or non-directory cwd, so it is checked here and refused with
 //!   [`ErrorReply::SpawnFailed`] naming the path. `~` and `~/...` expand to the home directory;
 //!   relative paths are taken from the home directory.
-//! - `TERM` from the spec (default `xterm-256color`, also for an empty one), then the extra
-//!   environment.
+//! - A clean environment, like sshd gives a login (see [`clean_env`]): `HOME`, `USER`, `LOGNAME`,
+//!   `SHELL`, `PATH`, `TERM` (from the spec; default `xterm-256color`, also for an empty one),
+//!   `LANG` and `LC_*` and `XDG_RUNTIME_DIR` when the daemon has them, then the spec's extra
+//!   environment. Nothing else of the daemon's own environment reaches a shell: not the
+//!   `SSH_AUTH_SOCK` or `SSH_CONNECTION` of whichever connection happened to start the daemon
+//!   (stale once it closed), not relay's `RELAY_*` settings.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{access, AccessFlags, Uid, User};
@@ -17,6 +22,9 @@ use relay_protocol::{ErrorReply, SpawnSpec};
 
 /// `TERM` when the spec gives none.
 pub const DEFAULT_TERM: &str = "xterm-256color";
+
+/// `PATH` when the daemon has none (sshd's default for users).
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// A command ready to spawn, and the command line to record on the lease.
 #[derive(Debug)]
@@ -45,12 +53,13 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         .unwrap_or_else(|| PathBuf::from("/"));
     let cwd = resolve_cwd(spec.cwd.as_deref(), &home)?;
 
+    let shell = login_shell(user.as_ref().map(|u| u.shell.as_path()));
     let (mut builder, command) = if spec.command.is_empty() {
-        let shell = login_shell(user.as_ref().map(|u| u.shell.as_path()));
-        let mut b = CommandBuilder::new_default_prog();
         // portable-pty runs the builder's $SHELL with argv0 "-<basename>" (a login shell).
-        b.env("SHELL", &shell);
-        (b, vec![shell.to_string_lossy().into_owned(), "-l".into()])
+        (
+            CommandBuilder::new_default_prog(),
+            vec![shell.to_string_lossy().into_owned(), "-l".into()],
+        )
     } else {
         (
             CommandBuilder::from_argv(spec.command.iter().map(Into::into).collect()),
@@ -58,10 +67,16 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         )
     };
     builder.cwd(&cwd);
-    let term = spec.term.as_deref().filter(|t| !t.is_empty());
-    builder.env("TERM", term.unwrap_or(DEFAULT_TERM));
-    if std::env::var_os("HOME").is_none() {
-        builder.env("HOME", &home);
+    // Both constructors copy the daemon's whole environment: start from nothing instead.
+    builder.env_clear();
+    let login = Login {
+        name: user.as_ref().map(|u| OsString::from(&u.name)),
+        home: &home,
+        shell: &shell,
+        term: spec.term.as_deref(),
+    };
+    for (key, value) in clean_env(std::env::vars_os(), &login) {
+        builder.env(key, value);
     }
     for (key, value) in &spec.env {
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
@@ -78,6 +93,67 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         command,
         cwd,
     })
+}
+
+/// What a shell's environment is made from, besides the daemon's own variables.
+#[derive(Debug, Clone)]
+pub struct Login<'a> {
+    /// The user's name from the passwd entry (`None`: not found, the daemon's `USER` is used).
+    pub name: Option<OsString>,
+    /// Home directory from the passwd entry (used when the daemon has no `HOME`).
+    pub home: &'a Path,
+    /// The login shell.
+    pub shell: &'a Path,
+    /// `TERM` requested by the create (`None` or empty: [`DEFAULT_TERM`]).
+    pub term: Option<&'a str>,
+}
+
+/// The environment a new shell starts with, as `(name, value)` pairs, before the create
+/// request's own variables are added: what sshd gives a login, not the daemon's environment.
+///
+/// - `HOME`: the daemon's `HOME` if set (so an isolated home is kept), else `login.home`;
+/// - `USER` and `LOGNAME`: the passwd name, else the daemon's `USER` / `LOGNAME`;
+/// - `SHELL`: the login shell; `PATH`: the daemon's, else [`DEFAULT_PATH`]; `TERM`: requested;
+/// - `LANG`, every `LC_*` and `XDG_RUNTIME_DIR` (per user, not per connection): copied when set.
+///
+/// Everything else in `daemon_env` is left out.
+pub fn clean_env(
+    daemon_env: impl IntoIterator<Item = (OsString, OsString)>,
+    login: &Login<'_>,
+) -> Vec<(OsString, OsString)> {
+    let mut home = None;
+    let mut path = None;
+    let (mut user, mut logname) = (None, None);
+    let mut copied = Vec::new();
+    for (key, value) in daemon_env {
+        match key.to_str() {
+            Some("HOME") if !value.is_empty() => home = Some(value),
+            Some("PATH") if !value.is_empty() => path = Some(value),
+            Some("USER") => user = Some(value),
+            Some("LOGNAME") => logname = Some(value),
+            Some(k) if k == "LANG" || k.starts_with("LC_") || k == "XDG_RUNTIME_DIR" => {
+                copied.push((key, value))
+            }
+            _ => {}
+        }
+    }
+    let name = login.name.clone();
+    let user = name.clone().or(user.clone()).or(logname.clone());
+    let logname = name.or(logname).or(user.clone());
+    let term = login.term.filter(|t| !t.is_empty()).unwrap_or(DEFAULT_TERM);
+    let mut env = vec![
+        (
+            "HOME".into(),
+            home.unwrap_or_else(|| login.home.as_os_str().to_owned()),
+        ),
+        ("SHELL".into(), login.shell.as_os_str().to_owned()),
+        ("PATH".into(), path.unwrap_or_else(|| DEFAULT_PATH.into())),
+        ("TERM".into(), term.into()),
+    ];
+    env.extend(user.map(|u| ("USER".into(), u)));
+    env.extend(logname.map(|l| ("LOGNAME".into(), l)));
+    env.extend(copied);
+    env
 }
 
 /// The login shell: passwd entry, else `$SHELL`, else `/bin/sh`; each only if executable.
@@ -170,6 +246,65 @@ mod tests {
                 "term {term:?}"
             );
         }
+    }
+
+    #[test]
+    fn shells_get_a_login_environment_not_the_daemons() {
+        let daemon: Vec<(OsString, OsString)> = [
+            ("HOME", "/tmp/isolated"),
+            ("PATH", "/opt/bin:/usr/bin"),
+            ("USER", "stale-user"),
+            ("LANG", "C.UTF-8"),
+            ("LC_TIME", "en_GB.UTF-8"),
+            ("XDG_RUNTIME_DIR", "/run/user/1000"),
+            ("SSH_AUTH_SOCK", "/tmp/ssh-gone/agent.1"),
+            ("SSH_CONNECTION", "10.0.0.1 5 10.0.0.2 22"),
+            ("RELAY_WINDOW_BYTES", "4096"),
+            ("RELAY_LOG", "debug"),
+            ("TERM", "dumb"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+        let login = Login {
+            name: Some("alice".into()),
+            home: Path::new("/home/alice"),
+            shell: Path::new("/bin/bash"),
+            term: None,
+        };
+        let mut got: Vec<(String, String)> = clean_env(daemon, &login)
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        got.sort();
+        let want: Vec<(String, String)> = [
+            ("HOME", "/tmp/isolated"),
+            ("LANG", "C.UTF-8"),
+            ("LC_TIME", "en_GB.UTF-8"),
+            ("LOGNAME", "alice"),
+            ("PATH", "/opt/bin:/usr/bin"),
+            ("SHELL", "/bin/bash"),
+            ("TERM", DEFAULT_TERM),
+            ("USER", "alice"),
+            ("XDG_RUNTIME_DIR", "/run/user/1000"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+
+        // A bare daemon environment still gives a complete login.
+        let bare = clean_env(
+            Vec::new(),
+            &Login {
+                name: None,
+                ..login
+            },
+        );
+        let names: Vec<&str> = bare.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(names, ["HOME", "SHELL", "PATH", "TERM"]);
+        assert_eq!(bare[0].1, "/home/alice");
+        assert_eq!(bare[2].1, DEFAULT_PATH);
     }
 
     #[test]

@@ -74,6 +74,7 @@ impl State {
                 .is_some_and(|l| l.state() == LeaseState::Detached)
         };
         if now_detached {
+            self.journal_counters(pty);
             self.arm(*pty);
         }
     }

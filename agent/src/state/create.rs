@@ -11,6 +11,7 @@ use relay_protocol::message::{Create, Created, Replace};
 use relay_protocol::{Binding, ErrorReply, PaneKey, SpawnSpec};
 
 use super::{Attachment, State};
+use crate::counters::CounterNote;
 use crate::journal::{self, Record};
 use crate::lease::Lease;
 use crate::lifecycle::LeasePolicy;
@@ -152,11 +153,13 @@ impl State {
             self.inner.config.scrollback_lines,
         );
         let b = binding.clone();
-        let spawned = tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring, scrollback))
-            .await
-            .map_err(|e| ErrorReply::Internal {
-                message: format!("spawn task failed: {e}"),
-            })??;
+        let counters = Arc::new(CounterNote::new(b.pty, self.inner.counters.clone()));
+        let spawned =
+            tokio::task::spawn_blocking(move || Pty::spawn(b, &spec, ring, scrollback, counters))
+                .await
+                .map_err(|e| ErrorReply::Internal {
+                    message: format!("spawn task failed: {e}"),
+                })??;
         let pty = Arc::clone(&spawned.pty);
         let mut lease = Lease::live(
             binding.clone(),
@@ -207,11 +210,15 @@ impl State {
         mode: Mode<'_>,
     ) -> Result<Option<Attachment>, ErrorReply> {
         let (pane, pty_id) = (lease.binding.pane.clone(), lease.binding.pty);
-        let unrecorded = |e: std::io::Error| ErrorReply::SpawnFailed {
-            message: format!(
+        let unrecorded = |e: std::io::Error| {
+            let message = format!(
                 "nothing was started: the new PTY could not be recorded in the lease journal and \
                  was ended again ({e})"
-            ),
+            );
+            // The client gets it; the log too, space permitting (an error line may use the
+            // space the log otherwise leaves free, and is written whole or not at all).
+            tracing::error!(pane = %pane, "create refused: {message}");
+            ErrorReply::SpawnFailed { message }
         };
         let mut journal = self.journal();
         let now = now_ms();

@@ -6,7 +6,9 @@
 //! - `create`: create, open and replace (the only paths that spawn);
 //! - `attach`: attachments (a guard per subscriber) and the fenced per-PTY operations;
 //! - `end`: a PTY's exit, kills and ends with their outcome, daemon shutdown;
-//! - `lifecycle`: facts for the policy, timers, policy ends, `Inspect` rows.
+//! - `lifecycle`: facts for the policy, timers, policy ends, `Inspect` rows;
+//! - `counters`: journaling live PTYs' output counters (on detach, and bounded while output
+//!   flows).
 //!
 //! Locking (rule F, no global lock on the hot paths):
 //! - `ptys`, a sharded concurrent map (dashmap) from PTY id to running PTY: the keystroke,
@@ -22,6 +24,7 @@
 //! one pane cannot both spawn (rule D) while creates of other panes proceed (rule F).
 
 mod attach;
+mod counters;
 mod create;
 mod end;
 mod lifecycle;
@@ -39,6 +42,7 @@ use relay_protocol::{ErrorReply, Incarnation, LeaseInfo, LeaseState, PaneKey, Pt
 pub use attach::Attachment;
 
 use crate::config::Config;
+use crate::inbound::FrameBudget;
 use crate::journal::{self, Journal, LoadReport, Record};
 use crate::lease::LeaseTable;
 use crate::lifecycle::Timers;
@@ -64,6 +68,10 @@ struct Inner {
     connections: AtomicU32,
     /// Set by [`State::shutdown`]: PTYs ending now end because the daemon stops.
     stopping: AtomicBool,
+    /// PTYs whose output counters are due for the journal (see [`crate::counters`]).
+    counters: tokio::sync::mpsc::UnboundedSender<PtyId>,
+    /// Memory of all connections' incomplete request frames (see [`crate::inbound`]).
+    frame_budget: FrameBudget,
 }
 
 /// Counts a connection while it lives (for `Status`).
@@ -116,6 +124,8 @@ impl State {
         }
         report.restarted = table.end_previous_incarnations(now_ms());
         let journal = Journal::start(journal, &table)?;
+        let (counters, counters_due) = tokio::sync::mpsc::unbounded_channel();
+        let frame_budget = FrameBudget::new(config.incomplete_frames_bytes);
         let state = State {
             inner: Arc::new(Inner {
                 config,
@@ -129,8 +139,11 @@ impl State {
                 timers: Timers::new(),
                 connections: AtomicU32::new(0),
                 stopping: AtomicBool::new(false),
+                counters,
+                frame_budget,
             }),
         };
+        state.start_counter_task(counters_due);
         Ok((state, report))
     }
 
@@ -142,6 +155,11 @@ impl State {
     /// Settings.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The budget all connections' incomplete request frames share.
+    pub fn frame_budget(&self) -> &FrameBudget {
+        &self.inner.frame_budget
     }
 
     /// Registers a connection until the guard drops.

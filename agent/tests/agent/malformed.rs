@@ -29,7 +29,7 @@ fn bad_frames_close_only_their_connection() {
         (
             "truncated",
             &[0, 0, 0, 100, 1, 2, 3, 4, 5],
-            "bytes remaining on stream",
+            "closed by the peer inside a frame",
         ),
         (
             "random",

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use relay_protocol::message::Create;
 use relay_protocol::{EndReason, ErrorReply, LeaseState, Request, Response};
 
-use crate::support::{alive, pane, pids_with, spec, wait_until, Home, WAIT};
+use crate::support::{alive, contains, pane, pids_with, spec, wait_until, Home, WAIT};
 
 pub(crate) fn signal_and_wait(pid: u32, sig: Signal) {
     kill(Pid::from_raw(pid as i32), sig).unwrap();
@@ -285,4 +285,91 @@ fn state_and_log_files_are_private() {
             ("log/agent.log", 0o600)
         ]
     );
+}
+
+/// The `output` records of `pty` in the journal.
+fn output_records(home: &Home, pty: relay_protocol::PtyId) -> usize {
+    let want = serde_json::to_value(pty).unwrap();
+    fs::read_to_string(journal(home))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["event"] == "output" && r["pty"] == want)
+        .count()
+}
+
+/// Regression (issue 10 §3, "counters lost on crash"): after `kill -9` and a restart, an ended
+/// lease showed 0 bytes and no last output, because output counters were journaled only when a
+/// PTY ended. Now they are journaled when a lease becomes detached and, while output flows, at
+/// most every few seconds — for a pane that was attached and one that never was.
+#[test]
+fn output_counters_survive_a_killed_daemon() {
+    let home = Home::new();
+    home.start_daemon();
+    let mut c = home.client();
+    let attached = c
+        .open(
+            &pane("attached"),
+            &["sh", "-c", "echo attached-output; exec sleep 1000"],
+            Some(0),
+        )
+        .unwrap()
+        .created
+        .binding;
+    c.output_until(attached.pty, 0, |o| contains(o, "attached-output\r\n"));
+    let flowing = c
+        .create(
+            &pane("flowing"),
+            &["sh", "-c", "echo flowing-output-too; exec sleep 1000"],
+        )
+        .binding;
+    let said = "flowing-output-too\r\n".len() as u64;
+    assert!(wait_until(WAIT, || c.lease(flowing.pty).bytes_out == said));
+    let before = [c.lease(attached.pty), c.lease(flowing.pty)];
+    let daemon = c.status().pid;
+    drop(c); // Detaches `attached`.
+             // Both are written within a few seconds (on detach; after the flow's first output).
+    wait_until(WAIT, || {
+        output_records(&home, attached.pty) > 0 && output_records(&home, flowing.pty) > 0
+    });
+    signal_and_wait(daemon, Signal::SIGKILL);
+
+    home.start_daemon();
+    let mut c = home.client();
+    for want in before {
+        let lease = c.lease(want.binding.pty);
+        assert_eq!(lease.state, LeaseState::Ended);
+        assert_eq!(lease.reason, Some(EndReason::AgentRestarted));
+        assert_eq!(lease.bytes_out, want.bytes_out, "{}", want.binding);
+        assert!(lease.bytes_out > 0);
+        assert_eq!(
+            lease.last_output_ms, want.last_output_ms,
+            "{}",
+            want.binding
+        );
+    }
+}
+
+/// A flood of output is journaled as a few `output` records, never one per chunk.
+#[test]
+fn flowing_output_writes_a_bounded_number_of_counter_records() {
+    let home = Home::new();
+    home.start_daemon();
+    let mut c = home.client();
+    let b = c
+        .create(
+            &pane("flood"),
+            &["sh", "-c", "i=0; while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); sleep 0.002; done; exec sleep 1000"],
+        )
+        .binding;
+    assert!(wait_until(Duration::from_secs(30), || contains(
+        &fs::read(journal(&home)).unwrap_or_default(),
+        "\"event\":\"output\""
+    )));
+    std::thread::sleep(Duration::from_secs(6));
+    let records = output_records(&home, b.pty);
+    let lease = c.lease(b.pty);
+    // Seconds of output in thousands of chunks: a record per 5 s at most (and one more).
+    assert!((1..=4).contains(&records), "{records} output records");
+    assert!(lease.bytes_out > 0);
 }
