@@ -21,7 +21,8 @@ pub struct Config {
     pub advertise_version: String,
     /// Ended leases remembered.
     pub max_ended: usize,
-    /// Time between SIGHUP and SIGKILL when a PTY is killed.
+    /// Time between SIGHUP and SIGKILL when a PTY is killed (env `RELAY_KILL_GRACE_MS`, default
+    /// 3 s); also when what is left in its session is swept.
     pub kill_grace: Duration,
     /// How long, after the child exited, the PTY reader may take to reach end-of-file before
     /// `Exited` is sent anyway (env `RELAY_EXIT_OUTPUT_GRACE_MS`, default 500 ms). End-of-file
@@ -85,6 +86,9 @@ impl Config {
         }
         if let Some(ms) = number("RELAY_EXIT_OUTPUT_GRACE_MS")? {
             c.exit_output_grace = Duration::from_millis(ms);
+        }
+        if let Some(ms) = number("RELAY_KILL_GRACE_MS")? {
+            c.kill_grace = Duration::from_millis(ms);
         }
         if let Some(ms) = number("RELAY_FRAME_TIMEOUT_MS")? {
             c.frame_timeout = Duration::from_millis(ms);

@@ -121,7 +121,12 @@ fn an_end_leaves_nothing_behind_in_the_pty_session() {
 #[test]
 fn a_kill_interrupted_by_a_daemon_crash_is_finished_by_the_next_daemon() {
     let home = Home::new();
-    home.start_daemon_with(&[("RELAY_EXIT_OUTPUT_GRACE_MS", "100")]);
+    // A grace long enough that the crash below surely comes before the sweep, even on a
+    // loaded machine.
+    home.start_daemon_with(&[
+        ("RELAY_EXIT_OUTPUT_GRACE_MS", "100"),
+        ("RELAY_KILL_GRACE_MS", "30000"),
+    ]);
     let mut c = home.client();
     let token = format!("relay-half-killed-{}", std::process::id());
     let script =
@@ -130,7 +135,7 @@ fn a_kill_interrupted_by_a_daemon_crash_is_finished_by_the_next_daemon() {
     assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
     c.mutate(Request::Kill(Kill { binding: b.clone() }))
         .unwrap();
-    // The shell ended at once; the sweep of its session is due at the 3 s grace.
+    // The shell ended at once; the sweep of its session is due at the grace.
     assert!(wait_until(WAIT, || c.lease(b.pty).state == LeaseState::Ended));
     assert!(!pids_with(&token).is_empty(), "not swept yet");
     let daemon = c.status().pid;

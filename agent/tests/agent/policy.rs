@@ -63,7 +63,13 @@ fn an_unused_detached_shell_ends_after_the_grace_and_reattach_cancels() {
     let gone = unused_shell(&mut c, "abandoned");
     let kept = unused_shell(&mut c, "came-back");
     let pid = c.lease(gone.pty).pid.unwrap();
-    let tag = row(&mut c, gone.pty).tag;
+    // A login shell runs programs while it starts (its profile): busy until it sits at its
+    // prompt, then due for cleanup.
+    let mut tag = row(&mut c, gone.pty).tag;
+    wait_until(WAIT, || {
+        tag = row(&mut c, gone.pty).tag;
+        matches!(&tag, Tag::CleanupAt { .. })
+    });
     assert!(
         matches!(&tag, Tag::CleanupAt { why, .. } if why == "never used, detached 2s"),
         "{tag:?}"
