@@ -2,7 +2,8 @@
 //! child's stdin and stdout.
 //!
 //! This is the embedded default for `relay shell --local` and for fast tests: same protocol and
-//! same daemon as over SSH, without SSH. The bridge starts the per-user daemon if none answers;
+//! same daemon as over SSH, without SSH. The bridge starts the per-user daemon if none answers
+//! (unless [`OpenOptions::start_agent`] is off);
 //! the daemon is not our child's child in any sense that matters: dropping the stream kills only
 //! the bridge process, never the daemon or its shells (rule A).
 //!
@@ -30,7 +31,11 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use crate::transport::{AgentStream, FailureFuture, OpenFuture, StreamGuard, Transport};
+use relay_protocol::bridge::NO_START_FLAG;
+
+use crate::transport::{
+    AgentStream, ExitCodeFuture, FailureFuture, OpenFuture, OpenOptions, StreamGuard, Transport,
+};
 use crate::Error;
 
 /// File name of the agent binary.
@@ -104,11 +109,14 @@ impl LocalTransport {
         locate_agent(self.config.agent_bin.as_deref())
     }
 
-    async fn spawn(&self) -> Result<AgentStream, Error> {
+    async fn spawn(&self, options: OpenOptions) -> Result<AgentStream, Error> {
         let bin = self.agent_path()?;
         let mut cmd = Command::new(&bin);
-        cmd.arg("bridge")
-            .stdin(Stdio::piped())
+        cmd.arg("bridge");
+        if !options.start_agent {
+            cmd.arg(NO_START_FLAG);
+        }
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(match self.config.stderr {
                 BridgeStderr::Log => Stdio::piped(),
@@ -141,8 +149,8 @@ impl LocalTransport {
 }
 
 impl Transport for LocalTransport {
-    fn open(&self) -> OpenFuture<'_> {
-        Box::pin(self.spawn())
+    fn open(&self, options: OpenOptions) -> OpenFuture<'_> {
+        Box::pin(self.spawn(options))
     }
 
     fn describe(&self) -> String {
@@ -251,6 +259,14 @@ impl StreamGuard for BridgeGuard {
                 Ok(Ok(status)) => Some(format!(" ({status}): {said}")),
                 _ => Some(format!(": {said}")),
             }
+        })
+    }
+
+    /// The bridge's exit code, once it has exited (within [`STDERR_GRACE`]).
+    fn exit_code(&mut self) -> ExitCodeFuture<'_> {
+        Box::pin(async move {
+            let status = tokio::time::timeout(STDERR_GRACE, self.child.wait()).await;
+            status.ok()?.ok()?.code()
         })
     }
 

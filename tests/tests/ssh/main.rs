@@ -12,7 +12,7 @@ use std::time::Duration;
 use relay_connector::ssh::{
     AgentSource, DeployEvent, DeployReport, HostKeyPolicy, SshOptions, SshTransport,
 };
-use relay_connector::transport::{OpenFuture, Transport};
+use relay_connector::transport::{OpenFuture, OpenOptions, Transport};
 use relay_connector::{Error, Session};
 use relay_protocol::{LeaseState, PaneKey, SpawnSpec};
 use relay_tests::fixture::SshHost;
