@@ -1,5 +1,6 @@
 //! The SSH transport against real OpenSSH servers in containers (issue 3): deploy, host keys,
-//! ssh_config, one connection per host, PTYs outliving the connection, older daemons.
+//! ssh_config, one connection per host, PTYs outliving the connection, older daemons, the
+//! agent's peer-credential check.
 //!
 //! Needs a Docker engine and the fixture image (`deploy/fixtures/build-images.sh`, built on
 //! demand), and the workspace binaries (`cargo build --workspace --bins`).
@@ -24,6 +25,7 @@ mod deploy;
 mod faults;
 mod fixture_faults;
 mod host_keys;
+mod peer;
 mod sessions;
 mod ssh_config;
 
