@@ -432,6 +432,62 @@ mod tests {
         assert!(!msg.contains("agent.log"), "no pointer to a log: {msg}");
     }
 
+    /// Issue 10 §3: a connect-only open runs `bridge --no-start`; its exit status 69 is "no
+    /// agent running", and an older agent binary that does not know the flag (clap's usage
+    /// error, status 2) is reported as incompatible, never as a reason to start a daemon.
+    #[tokio::test]
+    async fn connect_only_bridge_exit_status_tells_no_agent_from_an_older_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = dir.path().join("args");
+        let agent = |name: &str, script: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(
+                &path,
+                format!("#!/bin/sh\necho \"$@\" > {}\n{script}", args.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            LocalTransport::with_config(LocalConfig {
+                agent_bin: Some(path),
+                ..LocalConfig::default()
+            })
+        };
+        let connect_only = crate::ConnectOptions {
+            start_agent: false,
+            ..crate::ConnectOptions::new("t")
+        };
+        let current = agent(
+            "current",
+            "echo 'relay-agent: no agent running' >&2; exit 69\n",
+        );
+        let err = crate::Session::connect_with(&current, &connect_only)
+            .await
+            .unwrap_err();
+        assert!(err.is_no_agent(), "{err:?}");
+        assert_eq!(err.to_string(), "no agent running on local");
+        assert_eq!(
+            std::fs::read_to_string(&args).unwrap(),
+            "bridge --no-start\n"
+        );
+
+        let older = agent(
+            "older",
+            "echo \"error: unexpected argument '--no-start' found\" >&2; exit 2\n",
+        );
+        let err = crate::Session::connect_with(&older, &connect_only)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Incompatible(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("older than this connector"),
+            "{err}"
+        );
+
+        // An app's open passes no flag.
+        let _ = crate::Session::connect(&current, "t").await.unwrap_err();
+        assert_eq!(std::fs::read_to_string(&args).unwrap(), "bridge\n");
+    }
+
     #[test]
     fn explicit_missing_binary_is_an_error_naming_the_path() {
         let err = locate_agent(Some(Path::new("/nonexistent/relay-agent"))).unwrap_err();
