@@ -7,6 +7,12 @@
 //! listens; the lock is released after connecting. So two bridges started at once end with
 //! exactly one daemon (the daemon's own lock is the second line of defence).
 //!
+//! With `--no-start` ([`connect_only`]; what `relayctl` asks for) the bridge never starts a
+//! daemon and creates nothing: when none answers it fails with [`NoAgent`], which `relay-agent`
+//! turns into exit status [`EXIT_NO_AGENT`] (tmux's "no server running"). A bridge that is
+//! starting the daemon at that moment holds `run/spawn.lock`; a connect-only bridge waits for it
+//! (bounded by that bridge's own start timeout) before it concludes that no agent runs.
+//!
 //! The bridge never writes anything but daemon bytes to stdout; diagnostics go to stderr. It
 //! exits when either side closes: stdin EOF half-closes the socket and the bridge exits once the
 //! daemon has closed its side; socket EOF or a stdout error exits at once.
@@ -15,7 +21,7 @@ use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -25,17 +31,75 @@ use nix::fcntl::{Flock, FlockArg};
 
 use crate::paths::{annotate, Paths};
 
+pub use relay_protocol::bridge::EXIT_NO_AGENT;
+
 /// How long the bridge waits for a daemon it started (it may first end PTY processes a killed
 /// daemon left behind, which takes up to the kill grace of 3 s).
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Runs the bridge until either side closes.
+/// Runs the bridge until either side closes, starting the daemon when none answers.
 ///
 /// # Errors
 /// When no daemon answers and none could be started, naming the socket and the log.
 pub fn main(paths: &Paths) -> anyhow::Result<()> {
     let stream = connect_or_start(paths)?;
     pump(stream)
+}
+
+/// `relay-agent bridge --no-start`: runs the bridge until either side closes, but only if a
+/// daemon answers; never starts one and creates no file or directory.
+///
+/// # Errors
+/// [`NoAgent`] (downcast the error) when nothing listens on the socket; other errors (e.g. no
+/// permission on the socket) name the path.
+pub fn main_connect_only(paths: &Paths) -> anyhow::Result<()> {
+    let stream = connect_only(paths)?;
+    pump(stream)
+}
+
+/// No daemon answers on the socket and the bridge was told not to start one (`--no-start`).
+#[derive(Debug, thiserror::Error)]
+#[error("no agent running (nothing listens on {}); `relay` starts one", socket.display())]
+pub struct NoAgent {
+    /// The socket nobody listens on.
+    pub socket: PathBuf,
+}
+
+/// Whether a connect error means that no daemon listens: no socket (or no `run/` at all), or a
+/// socket left behind by a daemon that is gone.
+fn nobody_listens(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// Connects to a running daemon; waits for a start under way (another bridge holding
+/// `run/spawn.lock`) but never starts one itself.
+fn connect_only(paths: &Paths) -> anyhow::Result<UnixStream> {
+    let sock = paths.socket();
+    let no_agent = || NoAgent {
+        socket: sock.clone(),
+    };
+    match UnixStream::connect(&sock) {
+        Ok(s) => return Ok(s),
+        Err(e) if nobody_listens(&e) => {}
+        Err(e) => return Err(annotate(e, "connect to", &sock).into()),
+    }
+    // Opened without creating it: a connect-only bridge leaves no trace.
+    let Ok(file) = std::fs::File::open(paths.spawn_lock()) else {
+        return Err(no_agent().into());
+    };
+    // Shared: waits only while a starting bridge holds it exclusively (at most its
+    // START_TIMEOUT), and never blocks another connect-only bridge.
+    let _lock = Flock::lock(file, FlockArg::LockShared).map_err(|(_, e)| {
+        anyhow::anyhow!("could not lock {}: {e}", paths.spawn_lock().display())
+    })?;
+    match UnixStream::connect(&sock) {
+        Ok(s) => Ok(s),
+        Err(e) if nobody_listens(&e) => Err(no_agent().into()),
+        Err(e) => Err(annotate(e, "connect to", &sock).into()),
+    }
 }
 
 /// Connects to the daemon, starting it when needed.

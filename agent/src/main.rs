@@ -23,7 +23,11 @@ enum Cmd {
         foreground: bool,
     },
     /// Pipe stdin/stdout to the daemon's socket, starting the daemon if needed.
-    Bridge,
+    Bridge {
+        /// Never start a daemon: when none answers, exit with status 69 ("no agent running").
+        #[arg(long = "no-start")]
+        no_start: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -32,10 +36,19 @@ fn main() -> ExitCode {
         .map_err(anyhow::Error::from)
         .and_then(|paths| match cli.command {
             Cmd::Daemon { foreground } => relay_agent::daemon::main(&paths, foreground),
-            Cmd::Bridge => relay_agent::bridge::main(&paths).map(|()| ExitCode::SUCCESS),
+            Cmd::Bridge { no_start: false } => {
+                relay_agent::bridge::main(&paths).map(|()| ExitCode::SUCCESS)
+            }
+            Cmd::Bridge { no_start: true } => {
+                relay_agent::bridge::main_connect_only(&paths).map(|()| ExitCode::SUCCESS)
+            }
         });
     match result {
         Ok(code) => code,
+        Err(e) if e.downcast_ref::<relay_agent::bridge::NoAgent>().is_some() => {
+            eprintln!("relay-agent: {e}");
+            ExitCode::from(relay_agent::bridge::EXIT_NO_AGENT as u8)
+        }
         Err(e) => {
             // Read by the connector (bridge) and shown to the user: no escape codes.
             let message = format!("{e:#}");

@@ -12,6 +12,7 @@
 //! | [`Error::Deploy`] (an upload or its verification failed) | [`Error::Incompatible`] (another protocol major) |
 //! | [`Error::Timeout`], [`Error::Spawn`] | [`Error::Handshake`] (the stream is not relay: shell startup output), [`Error::Config`] |
 //! | | [`Error::Policy`] (the agent refused the stated cleanup policy) |
+//! | | [`Error::NoAgent`] (no daemon runs and the caller asked not to start one) |
 //!
 //! Typed refusals of the agent ([`Error::Agent`]) are answers, not failures of the link: neither
 //! class applies (`is_transient()` is `false`).
@@ -86,6 +87,12 @@ pub enum Error {
     /// quotes the policy and the agent's words naming the condition or value to fix.
     #[error("cleanup policy refused: {0}")]
     Policy(String),
+    /// No agent daemon runs on the host and the connection was opened without starting one
+    /// ([`ConnectOptions::start_agent`](crate::session::ConnectOptions::start_agent) off, as
+    /// `relayctl` does). Not transient: only something that starts an agent (`relay`, an app)
+    /// changes it. The message is `no agent running on <destination>`.
+    #[error("{0}")]
+    NoAgent(String),
     /// The agent speaks another protocol major version (rule H). The message says which versions
     /// and what to upgrade.
     #[error("incompatible agent: {0}")]
@@ -129,6 +136,11 @@ impl Error {
                 | Error::Timeout(_)
                 | Error::InputFull(_)
         )
+    }
+
+    /// Whether no agent daemon runs and none was to be started ([`Error::NoAgent`]).
+    pub fn is_no_agent(&self) -> bool {
+        matches!(self, Error::NoAgent(_))
     }
 
     /// Whether a request timed out ([`Error::Timeout`]): the agent did not answer in time.
@@ -205,6 +217,7 @@ mod tests {
             Error::Handshake(s()),
             Error::Config(s()),
             Error::Policy(s()),
+            Error::NoAgent(s()),
             Error::from(ErrorReply::BadRequest { message: s() }),
         ];
         for e in &transient {

@@ -95,4 +95,4 @@ pub use lifecycle::{GcCandidate, GcPlan, KillSummary};
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};
 pub use pane::{PaneEvent, PaneHandle};
 pub use session::{ConnectOptions, Session};
-pub use transport::{AgentStream, Transport};
+pub use transport::{AgentStream, OpenOptions, Transport};

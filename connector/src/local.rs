@@ -2,7 +2,8 @@
 //! child's stdin and stdout.
 //!
 //! This is the embedded default for `relay shell --local` and for fast tests: same protocol and
-//! same daemon as over SSH, without SSH. The bridge starts the per-user daemon if none answers;
+//! same daemon as over SSH, without SSH. The bridge starts the per-user daemon if none answers
+//! (unless [`OpenOptions::start_agent`] is off);
 //! the daemon is not our child's child in any sense that matters: dropping the stream kills only
 //! the bridge process, never the daemon or its shells (rule A).
 //!
@@ -30,7 +31,11 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use crate::transport::{AgentStream, FailureFuture, OpenFuture, StreamGuard, Transport};
+use relay_protocol::bridge::NO_START_FLAG;
+
+use crate::transport::{
+    AgentStream, ExitCodeFuture, FailureFuture, OpenFuture, OpenOptions, StreamGuard, Transport,
+};
 use crate::Error;
 
 /// File name of the agent binary.
@@ -104,11 +109,14 @@ impl LocalTransport {
         locate_agent(self.config.agent_bin.as_deref())
     }
 
-    async fn spawn(&self) -> Result<AgentStream, Error> {
+    async fn spawn(&self, options: OpenOptions) -> Result<AgentStream, Error> {
         let bin = self.agent_path()?;
         let mut cmd = Command::new(&bin);
-        cmd.arg("bridge")
-            .stdin(Stdio::piped())
+        cmd.arg("bridge");
+        if !options.start_agent {
+            cmd.arg(NO_START_FLAG);
+        }
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(match self.config.stderr {
                 BridgeStderr::Log => Stdio::piped(),
@@ -141,8 +149,8 @@ impl LocalTransport {
 }
 
 impl Transport for LocalTransport {
-    fn open(&self) -> OpenFuture<'_> {
-        Box::pin(self.spawn())
+    fn open(&self, options: OpenOptions) -> OpenFuture<'_> {
+        Box::pin(self.spawn(options))
     }
 
     fn describe(&self) -> String {
@@ -251,6 +259,14 @@ impl StreamGuard for BridgeGuard {
                 Ok(Ok(status)) => Some(format!(" ({status}): {said}")),
                 _ => Some(format!(": {said}")),
             }
+        })
+    }
+
+    /// The bridge's exit code, once it has exited (within [`STDERR_GRACE`]).
+    fn exit_code(&mut self) -> ExitCodeFuture<'_> {
+        Box::pin(async move {
+            let status = tokio::time::timeout(STDERR_GRACE, self.child.wait()).await;
+            status.ok()?.ok()?.code()
         })
     }
 
@@ -414,6 +430,62 @@ mod tests {
         assert!(msg.contains("exit status: 1"), "{msg}");
         assert!(!msg.contains('\u{1b}'), "escape codes stripped: {msg:?}");
         assert!(!msg.contains("agent.log"), "no pointer to a log: {msg}");
+    }
+
+    /// Issue 10 §3: a connect-only open runs `bridge --no-start`; its exit status 69 is "no
+    /// agent running", and an older agent binary that does not know the flag (clap's usage
+    /// error, status 2) is reported as incompatible, never as a reason to start a daemon.
+    #[tokio::test]
+    async fn connect_only_bridge_exit_status_tells_no_agent_from_an_older_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = dir.path().join("args");
+        let agent = |name: &str, script: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(
+                &path,
+                format!("#!/bin/sh\necho \"$@\" > {}\n{script}", args.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            LocalTransport::with_config(LocalConfig {
+                agent_bin: Some(path),
+                ..LocalConfig::default()
+            })
+        };
+        let connect_only = crate::ConnectOptions {
+            start_agent: false,
+            ..crate::ConnectOptions::new("t")
+        };
+        let current = agent(
+            "current",
+            "echo 'relay-agent: no agent running' >&2; exit 69\n",
+        );
+        let err = crate::Session::connect_with(&current, &connect_only)
+            .await
+            .unwrap_err();
+        assert!(err.is_no_agent(), "{err:?}");
+        assert_eq!(err.to_string(), "no agent running on local");
+        assert_eq!(
+            std::fs::read_to_string(&args).unwrap(),
+            "bridge --no-start\n"
+        );
+
+        let older = agent(
+            "older",
+            "echo \"error: unexpected argument '--no-start' found\" >&2; exit 2\n",
+        );
+        let err = crate::Session::connect_with(&older, &connect_only)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Incompatible(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("older than this connector"),
+            "{err}"
+        );
+
+        // An app's open passes no flag.
+        let _ = crate::Session::connect(&current, "t").await.unwrap_err();
+        assert_eq!(std::fs::read_to_string(&args).unwrap(), "bridge\n");
     }
 
     #[test]

@@ -21,6 +21,25 @@ pub type OpenFuture<'a> = Pin<Box<dyn Future<Output = Result<AgentStream, Error>
 /// Boxed future returned by [`StreamGuard::failure`].
 pub type FailureFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
 
+/// Boxed future returned by [`StreamGuard::exit_code`].
+pub type ExitCodeFuture<'a> = Pin<Box<dyn Future<Output = Option<i32>> + Send + 'a>>;
+
+/// What a caller asks of [`Transport::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Start the agent daemon when none runs (the default, what an app wants). `false` only
+    /// connects to a running daemon: tools that inspect or end shells (`relayctl`) must not
+    /// leave a daemon behind that nobody asked for. The stream then ends before the welcome
+    /// and the handshake reports [`Error::NoAgent`].
+    pub start_agent: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { start_agent: true }
+    }
+}
+
 /// What keeps a stream's resources alive (a child process, an SSH connection) and can explain
 /// a stream that ended before the handshake. Dropping it must close the stream but never touch
 /// the agent daemon.
@@ -29,6 +48,14 @@ pub trait StreamGuard: Send {
     /// transport knows (the local bridge's exit status and stderr), as text that follows
     /// "exited", e.g. ` (exit status: 1): cannot create /ro/run`. Waits briefly at most.
     fn failure(&mut self) -> FailureFuture<'_> {
+        Box::pin(async { None })
+    }
+
+    /// After the stream ended before the agent's welcome: the agent bridge's exit status, when
+    /// the transport knows it (the local bridge's, or the bridge command's over SSH). Waits
+    /// briefly at most. Tells "no agent running"
+    /// ([`EXIT_NO_AGENT`](relay_protocol::bridge::EXIT_NO_AGENT)) from other failures.
+    fn exit_code(&mut self) -> ExitCodeFuture<'_> {
         Box::pin(async { None })
     }
 
@@ -83,11 +110,13 @@ pub struct AgentStream {
 
 /// Opens streams to one host's agent.
 pub trait Transport: Send + Sync + 'static {
-    /// Opens a new stream (deploying or starting the agent if the transport does that).
+    /// Opens a new stream (deploying the agent if the transport does that, and starting its
+    /// daemon unless `options` say not to: then the agent bridge is run with
+    /// [`NO_START_FLAG`](relay_protocol::bridge::NO_START_FLAG)).
     ///
     /// # Errors
     /// [`Error`] describing why the agent could not be reached; see [`Error::is_transient`].
-    fn open(&self) -> OpenFuture<'_>;
+    fn open(&self, options: OpenOptions) -> OpenFuture<'_>;
 
     /// Human-readable name of the destination, for messages (`"local"`, `"relay@db1:22"`).
     fn describe(&self) -> String;
@@ -95,8 +124,8 @@ pub trait Transport: Send + Sync + 'static {
 
 /// A boxed transport is a transport (the CLI picks local or SSH at run time).
 impl<T: Transport + ?Sized> Transport for Box<T> {
-    fn open(&self) -> OpenFuture<'_> {
-        (**self).open()
+    fn open(&self, options: OpenOptions) -> OpenFuture<'_> {
+        (**self).open(options)
     }
 
     fn describe(&self) -> String {

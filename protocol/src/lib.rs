@@ -12,6 +12,7 @@
 //!   [`LeaseInfo`], ...
 //! - [`message`]: every request, response and push, each with its own never-reused [`Op`] code.
 //! - [`hello`]: the first exchange (magic, protocol version, capabilities, limits).
+//! - [`bridge`]: the bridge's flags and exit statuses (the contract beyond frames).
 //! - [`error`]: [`DecodeError`] (bytes that are not a valid message) and [`ErrorReply`] (a typed
 //!   refusal sent by the agent).
 //!
@@ -25,6 +26,7 @@
 //! compatibility rules are in `docs/protocol.md`.
 #![deny(missing_docs)]
 
+pub mod bridge;
 pub mod envelope;
 pub mod error;
 pub mod frame;

@@ -164,6 +164,23 @@ impl TestHome {
         }
     }
 
+    /// Starts this home's agent daemon (`relay-agent daemon`, which detaches and returns once
+    /// it listens), as a connection's bridge would; relayctl never starts one. Panics with the
+    /// daemon's stderr when it cannot start.
+    pub fn start_daemon(&self) {
+        let out = self
+            .command(&bins().agent)
+            .arg("daemon")
+            .stdin(Stdio::null())
+            .output()
+            .expect("running relay-agent daemon");
+        assert!(
+            out.status.success(),
+            "relay-agent daemon failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Runs `relayctl ARGS` to completion (stdin closed) and returns its output.
     pub fn relayctl(&self, args: &[&str]) -> Output {
         self.command(&bins().relayctl)
@@ -188,6 +205,17 @@ impl TestHome {
     /// Pids of the `relay-agent bridge` processes of this home (one per connection over the
     /// local transport), found by their `RELAY_HOME` in `/proc/<pid>/environ`.
     pub fn bridge_pids(&self) -> Vec<i32> {
+        self.pids_running(Some("bridge"))
+    }
+
+    /// Pids of every process of this home (daemon, bridges, shells, clients), found by their
+    /// `RELAY_HOME` in `/proc/<pid>/environ`.
+    pub fn pids(&self) -> Vec<i32> {
+        self.pids_running(None)
+    }
+
+    /// This home's processes whose first argument is `arg1` (any, for `None`).
+    fn pids_running(&self, arg1: Option<&str>) -> Vec<i32> {
         let home = format!("RELAY_HOME={}", self.path().display());
         let mut pids = Vec::new();
         let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -202,9 +230,9 @@ impl TestHome {
                 continue;
             };
             let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let bridge = argv.split(|b| *b == 0).nth(1) == Some(&b"bridge"[..]);
+            let wanted = arg1.is_none_or(|a| argv.split(|b| *b == 0).nth(1) == Some(a.as_bytes()));
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            if bridge && environ.split(|b| *b == 0).any(|v| v == home.as_bytes()) {
+            if wanted && environ.split(|b| *b == 0).any(|v| v == home.as_bytes()) {
                 pids.push(pid);
             }
         }

@@ -131,3 +131,54 @@ fn bridge_starts_the_daemon_after_its_file_was_replaced() {
     drop(c);
     let _ = bridge.wait();
 }
+
+/// Issue 10 §3: `bridge --no-start` (what relayctl runs) never starts a daemon: without one it
+/// exits with `EXIT_NO_AGENT`, says so, and creates nothing under `RELAY_HOME`; while another
+/// bridge is starting the daemon (holding `run/spawn.lock`) it waits and then connects.
+#[test]
+fn a_no_start_bridge_starts_no_daemon_but_waits_for_one_being_started() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+
+    use nix::fcntl::{Flock, FlockArg};
+    use relay_protocol::bridge::{EXIT_NO_AGENT, NO_START_FLAG};
+
+    let home = Home::new();
+    let out = home
+        .command(&["bridge", NO_START_FLAG])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_NO_AGENT), "{stderr}");
+    assert!(stderr.contains("no agent running"), "{stderr}");
+    assert!(out.stdout.is_empty(), "stdout carries frames only");
+    assert!(home.daemons().is_empty(), "no daemon was started");
+    assert!(!home.path().join("run").exists(), "nothing was created");
+
+    // A start under way: the connect-only bridge waits for the lock instead of giving up.
+    let run = home.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let lock_file = std::fs::File::create(run.join("spawn.lock")).unwrap();
+    let lock = Flock::lock(lock_file, FlockArg::LockExclusive).unwrap();
+    let mut bridge = home
+        .command(&["bridge", NO_START_FLAG])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        bridge.try_wait().unwrap().is_none(),
+        "it waits while another bridge starts the daemon"
+    );
+    home.start_daemon();
+    drop(lock);
+    let w = bridge.stdin.take().unwrap();
+    let r = bridge.stdout.take().unwrap();
+    let mut c = crate::support::Client::hello(crate::support::Client::over(r, w));
+    assert_eq!(home.daemons(), vec![c.status().pid]);
+    drop(c);
+    bridge.wait().unwrap();
+}

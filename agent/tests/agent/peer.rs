@@ -7,11 +7,15 @@ use std::process::Command;
 use crate::support::Home;
 
 /// A connection from another uid is closed at once and logged; the owner is still served.
-/// Needs root (to act as another user); as any other user it checks nothing and says so.
+/// Needs root (to act as another user; CI runs as root). The same check runs for any uid with
+/// two unprivileged users in a container: `tests/tests/ssh/peer.rs`.
 #[test]
 fn connection_from_another_uid_is_refused_and_logged() {
     if !nix::unistd::getuid().is_root() {
-        eprintln!("skipped: needs root to connect as another uid");
+        eprintln!(
+            "skipped: needs root to connect as another uid; tests/tests/ssh/peer.rs checks the \
+             same in a container"
+        );
         return;
     }
     let home = Home::new();

@@ -122,6 +122,8 @@ impl HostOptions {
         ConnectOptions {
             client_id: self.client_id.clone(),
             policy: self.policy.clone(),
+            // A host exists to hold shells: it starts its agent when none runs.
+            start_agent: true,
         }
     }
 }

@@ -6,12 +6,15 @@
 //! protocol error.
 //!
 //! A bridge that exits without answering is explained by what it printed on stderr, when the
-//! transport collected it (the local transport does: [`crate::local`]).
+//! transport collected it (the local transport does: [`crate::local`]), and by its exit status:
+//! [`EXIT_NO_AGENT`] (`bridge --no-start` found no daemon) becomes [`Error::NoAgent`], and
+//! [`EXIT_USAGE`] (a bridge that does not know its flags: an older agent) [`Error::Incompatible`].
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use relay_protocol::bridge::{EXIT_NO_AGENT, EXIT_USAGE, NO_START_FLAG};
 use relay_protocol::frame::FrameError;
 use relay_protocol::{
     ErrorReply, Hello, Message, Request, Response, Welcome, MAGIC, PROTOCOL_MAJOR, PROTOCOL_MINOR,
@@ -37,7 +40,8 @@ const HINT: &str = "check your shell startup output (files like ~/.bashrc must n
 /// # Errors
 /// [`Error::Handshake`] for anything that is not a relay welcome (with a hint when it looks like
 /// text), [`Error::BridgeExited`] when the stream ended first (with the bridge's own words when
-/// the transport has them), [`Error::HandshakeTimeout`] when nothing came within
+/// the transport has them), [`Error::NoAgent`] when it ended because no daemon runs and none
+/// was to be started, [`Error::Incompatible`] when the bridge did not understand its flags, [`Error::HandshakeTimeout`] when nothing came within
 /// [`HANDSHAKE_TIMEOUT`], [`Error::Incompatible`] for another protocol major version.
 pub(crate) async fn run(
     reader: &mut FramedRead<BoxReader, FrameCodec>,
@@ -59,6 +63,11 @@ pub(crate) async fn run(
         }
         Ok(first) => first,
     };
+    if matches!(first, None | Some(Err(FrameError::Io(_)))) {
+        if let Some(e) = exit_error(guard.exit_code().await, destination) {
+            return Err(e);
+        }
+    }
     let result = match first {
         None => {
             let said = guard.failure().await;
@@ -99,6 +108,21 @@ fn bridge_ended(io: &std::io::Error, destination: &str) -> Error {
             end.text
         )),
         _ => Error::BridgeExited(format!("on {destination}: {io}")),
+    }
+}
+
+/// The error a bridge's exit status before the welcome means by itself, if any: no agent
+/// running (`bridge --no-start`), or a bridge that did not understand its command line.
+fn exit_error(code: Option<i32>, destination: &str) -> Option<Error> {
+    match code? {
+        EXIT_NO_AGENT => Some(Error::NoAgent(format!("no agent running on {destination}"))),
+        EXIT_USAGE => Some(Error::Incompatible(format!(
+            "the agent bridge on {destination} did not understand its command line (exit \
+             status {EXIT_USAGE}): the agent binary is older than this connector (`bridge \
+             {NO_START_FLAG}` is new in protocol 1.4); deploy the agent that matches this \
+             connector, or point RELAY_AGENT_BIN at it"
+        ))),
+        _ => None,
     }
 }
 

@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::pane::queue_cap;
-use crate::transport::{AgentStream, Transport};
+use crate::transport::{AgentStream, OpenOptions, Transport};
 use crate::Error;
 pub(crate) use reply::unexpected;
 use reply::{done, human_duration, op_name};
@@ -62,14 +62,21 @@ pub struct ConnectOptions {
     /// by a connection that stated none are never ended by a timer. Sent right after the hello,
     /// before any other request, and only to an agent with the `lifecycle` capability.
     pub policy: Option<String>,
+    /// Start the agent daemon when none runs (`true`, the default: an app that opens shells
+    /// wants one). `false` connects to a running daemon only and fails with
+    /// [`Error::NoAgent`] otherwise, leaving nothing behind — for tools that only inspect or
+    /// end shells (`relayctl`, like tmux's "no server running").
+    pub start_agent: bool,
 }
 
 impl ConnectOptions {
-    /// A client called `client_id` that states the agent's default cleanup policy.
+    /// A client called `client_id` that starts the agent if needed and states the agent's
+    /// default cleanup policy.
     pub fn new(client_id: impl Into<String>) -> ConnectOptions {
         ConnectOptions {
             client_id: client_id.into(),
             policy: Some(String::new()),
+            start_agent: true,
         }
     }
 }
@@ -122,7 +129,8 @@ impl Session {
     /// Must be called inside a tokio runtime.
     ///
     /// # Errors
-    /// The transport's errors ([`Error::Spawn`], SSH errors, ...); [`Error::Handshake`] when the
+    /// The transport's errors ([`Error::Spawn`], SSH errors, ...); [`Error::NoAgent`] when no
+    /// daemon runs and `options.start_agent` is off; [`Error::Handshake`] when the
     /// first reply is not a relay welcome; [`Error::Incompatible`] when the agent speaks another
     /// protocol major version; [`Error::Policy`] when the agent refuses the stated policy (the
     /// connection is closed).
@@ -136,7 +144,11 @@ impl Session {
             reader,
             writer,
             mut guard,
-        } = transport.open().await?;
+        } = transport
+            .open(OpenOptions {
+                start_agent: options.start_agent,
+            })
+            .await?;
         let mut reader = FramedRead::new(reader, FrameCodec::new(DEFAULT_MAX_FRAME));
         let mut writer = FramedWrite::new(writer, FrameCodec::new(DEFAULT_MAX_FRAME));
         let welcome = handshake::run(

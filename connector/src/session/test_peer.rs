@@ -13,14 +13,14 @@ use relay_protocol::{
 use tokio_util::codec::Framed;
 
 use super::{ConnectOptions, Session};
-use crate::transport::{AgentStream, OpenFuture, Transport};
+use crate::transport::{AgentStream, OpenFuture, OpenOptions, Transport};
 use crate::Error;
 
 /// A transport that hands out one pre-made stream.
 struct Scripted(Mutex<Option<AgentStream>>);
 
 impl Transport for Scripted {
-    fn open(&self) -> OpenFuture<'_> {
+    fn open(&self, _: OpenOptions) -> OpenFuture<'_> {
         let stream = self.0.lock().unwrap().take();
         Box::pin(async move { stream.ok_or_else(|| Error::Spawn("opened twice".into())) })
     }

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
@@ -39,6 +40,8 @@ pub(crate) struct BridgeReader {
     pending: Bytes,
     stderr_tail: Vec<u8>,
     exit_status: Option<u32>,
+    /// The exit status again, for the stream's guard (which outlives the reader's borrow).
+    exit_shared: Arc<OnceLock<u32>>,
     /// Why the SSH connection ended, once it has.
     lost: LostReason,
 }
@@ -50,6 +53,7 @@ impl BridgeReader {
             pending: Bytes::new(),
             stderr_tail: Vec::new(),
             exit_status: None,
+            exit_shared: Arc::default(),
             lost,
         }
     }
@@ -57,6 +61,12 @@ impl BridgeReader {
     /// The bridge command's exit status, once it has ended.
     pub(crate) fn exit_status(&self) -> Option<u32> {
         self.exit_status
+    }
+
+    /// A cell that holds the bridge command's exit status once it has ended, for the stream's
+    /// guard ([`StreamGuard::exit_code`](crate::transport::StreamGuard::exit_code)).
+    pub(crate) fn exit_cell(&self) -> Arc<OnceLock<u32>> {
+        self.exit_shared.clone()
     }
 
     /// The bridge's stderr tail, trimmed, or `(none)`.
@@ -185,6 +195,7 @@ impl BridgeReader {
             }
             ChannelMsg::ExitStatus { exit_status } => {
                 self.exit_status = Some(exit_status);
+                let _ = self.exit_shared.set(exit_status);
                 if exit_status != 0 {
                     tracing::debug!(exit_status, "agent bridge exited");
                 }

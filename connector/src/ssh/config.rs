@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+pub use super::destination::Destination;
+use super::destination::{check_user, shell_word};
 use crate::Error;
 
 /// What the caller typed, plus command-line overrides (like `ssh -p`, `-l`, `-F`).
@@ -103,6 +105,9 @@ impl HostConfig {
     }
 
     /// `ProxyCommand` with `%h`, `%p`, `%r`, `%n` and `%%` expanded, if one is configured.
+    /// Substituted values are quoted for the shell when they hold anything but letters, digits
+    /// and `._-:@/+%` (see [`shell_word`]), so a host or user name can never add a command;
+    /// plain names are substituted as they are, so `"%h"` in a config keeps working.
     pub fn expanded_proxy_command(&self) -> Option<String> {
         let cmd = self.proxy_command.as_deref()?;
         let mut out = String::with_capacity(cmd.len());
@@ -113,10 +118,10 @@ impl HostConfig {
                 continue;
             }
             match chars.next() {
-                Some('h') => out.push_str(&self.hostname),
+                Some('h') => out.push_str(&shell_word(&self.hostname)),
                 Some('p') => out.push_str(&self.port.to_string()),
-                Some('r') => out.push_str(&self.user),
-                Some('n') => out.push_str(&self.alias),
+                Some('r') => out.push_str(&shell_word(&self.user)),
+                Some('n') => out.push_str(&shell_word(&self.alias)),
                 Some('%') => out.push('%'),
                 Some(other) => {
                     out.push('%');
@@ -129,75 +134,19 @@ impl HostConfig {
     }
 }
 
-/// A destination split into its parts: `[user@]host[:port]`, `[user@][v6addr]:port` or
-/// `ssh://[user@]host[:port]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Destination {
-    /// User, if given.
-    pub user: Option<String>,
-    /// Host name, address or alias.
-    pub host: String,
-    /// Port, if given.
-    pub port: Option<u16>,
-}
-
-impl Destination {
-    /// Splits a destination string.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for an empty host or a port that is not a number.
-    pub fn parse(s: &str) -> Result<Self, Error> {
-        let rest = s.strip_prefix("ssh://").unwrap_or(s);
-        let rest = rest.trim_end_matches('/');
-        let (user, hostport) = match rest.rsplit_once('@') {
-            Some((u, h)) => (Some(u.to_string()), h),
-            None => (None, rest),
-        };
-        let bad_port = |p: &str| {
-            Error::Config(format!(
-                "destination {s:?}: port {p:?} is not a number between 1 and 65535"
-            ))
-        };
-        let (host, port) = if let Some(inner) = hostport.strip_prefix('[') {
-            let (addr, after) = inner.split_once(']').ok_or_else(|| {
-                Error::Config(format!("destination {s:?}: missing ']' after the address"))
-            })?;
-            let port = match after.strip_prefix(':') {
-                Some(p) => Some(p.parse::<u16>().map_err(|_| bad_port(p))?),
-                None if after.is_empty() => None,
-                None => return Err(Error::Config(format!("destination {s:?}: junk after ']'"))),
-            };
-            (addr.to_string(), port)
-        } else {
-            match hostport.split_once(':') {
-                // More than one ':' without brackets: a bare IPv6 address.
-                Some((_, p)) if p.contains(':') => (hostport.to_string(), None),
-                Some((h, p)) => (
-                    h.to_string(),
-                    Some(p.parse::<u16>().map_err(|_| bad_port(p))?),
-                ),
-                None => (hostport.to_string(), None),
-            }
-        };
-        if host.is_empty() {
-            return Err(Error::Config(format!("destination {s:?} has no host name")));
-        }
-        if port == Some(0) {
-            return Err(bad_port("0"));
-        }
-        Ok(Destination { user, host, port })
-    }
-}
-
 /// Resolves `destination` with OpenSSH's `ssh -G` when available, else with the `ssh2-config`
 /// parser. Overrides in `opts` win over what the destination string says, which wins over the
 /// config file.
 ///
 /// # Errors
-/// [`Error::Config`] when the destination is malformed, `ssh -G` rejects it, or the config file
-/// cannot be read or parsed.
+/// [`Error::Config`] when the destination is malformed or names a host or user that no real
+/// one has (shell metacharacters, a leading `-`: checked before anything runs, as OpenSSH
+/// does), `ssh -G` rejects it, or the config file cannot be read or parsed.
 pub async fn resolve(destination: &str, opts: &ResolveOptions) -> Result<HostConfig, Error> {
     let dest = Destination::parse(destination)?;
+    if let Some(user) = &opts.user {
+        check_user(user)?;
+    }
     let user = opts.user.clone().or(dest.user.clone());
     let port = opts.port.or(dest.port);
     if let Some(file) = &opts.config_file {
@@ -478,25 +427,6 @@ pub fn expand_tilde(path: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn destinations_split_like_ssh() {
-        let d = |s| Destination::parse(s).unwrap();
-        assert_eq!(
-            d("relay@db1:2222"),
-            Destination {
-                user: Some("relay".into()),
-                host: "db1".into(),
-                port: Some(2222)
-            }
-        );
-        assert_eq!(d("db1").port, None);
-        assert_eq!(d("ssh://a@b:7/").port, Some(7));
-        assert_eq!(d("[::1]:2200").host, "::1");
-        assert_eq!(d("fe80::1").host, "fe80::1");
-        assert!(Destination::parse("relay@").is_err());
-        assert!(Destination::parse("db1:http").is_err());
-    }
 
     #[test]
     fn ssh_g_output_is_parsed() {

@@ -413,8 +413,9 @@ async fn install(
 }
 
 /// The command that runs the deployed agent's bridge: verify the hash, print `sentinel` on its
-/// own line (so shell noise before it can be skipped), then `exec` the bridge.
-pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str) -> String {
+/// own line (so shell noise before it can be skipped), then `exec` the bridge (with
+/// `--no-start` unless `start_agent`).
+pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str, start_agent: bool) -> String {
     // Size first: a huge or non-regular file at the name is refused without hashing it. A file
     // with the right content but no execute bit gets it back.
     let script = format!(
@@ -427,11 +428,16 @@ pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str) -> String {
          if [ \"$h\" != {expected} ]; then \
          echo \"relay: $f does not have the expected sha256; refusing to run it\" >&2; \
          exit {BRIDGE_HASH_MISMATCH}; fi; [ -x \"$f\" ] || chmod 700 \"$f\" || exit 96; \
-         echo {sentinel}; exec \"$f\" bridge",
+         echo {sentinel}; exec \"$f\" bridge{flag}",
         name = sh_quote(&deployed.agent.name),
         size = deployed.agent.bytes.len(),
         h = hash_of("$f"),
         expected = sh_quote(&deployed.agent.sha256),
+        flag = if start_agent {
+            String::new()
+        } else {
+            format!(" {}", relay_protocol::bridge::NO_START_FLAG)
+        },
     );
     sh_command(&script)
 }

@@ -2,6 +2,8 @@
 //!
 //! # Layout
 //!
+//! - [`destination`]: what the user typed, split and checked (no shell metacharacters in host or
+//!   user names, as in OpenSSH); values quoted for a `ProxyCommand`.
 //! - [`config`]: destination → [`HostConfig`] via `ssh -G` (or the `ssh2-config` parser).
 //! - [`known_hosts`]: strict host key checking, `accept-new`.
 //! - [`auth`]: ssh-agent, identity files, passphrase callback.
@@ -26,6 +28,7 @@ mod bridge;
 pub mod config;
 mod connect;
 pub mod deploy;
+pub mod destination;
 mod exec;
 mod handler;
 pub mod host_check;

@@ -7,7 +7,7 @@
 //! an unread channel stalls the whole SSH connection. Dropping the [`AgentStream`]'s guard closes
 //! the channel and disconnects; it never touches the agent daemon, whose PTYs keep running.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use russh::client::Msg;
@@ -20,7 +20,9 @@ use super::connect::{self, ConnectContext, Connection};
 use super::deploy::{self, AgentSource, DeployReport, ProgressCallback};
 use super::handler::russh_error;
 use super::known_hosts::{HostKeyPolicy, HostKeyPrompt};
-use crate::transport::{AgentStream, OpenFuture, StreamGuard, Transport};
+use crate::transport::{
+    AgentStream, ExitCodeFuture, OpenFuture, OpenOptions, StreamGuard, Transport,
+};
 use crate::Error;
 
 /// Everything needed to reach one host's agent over SSH.
@@ -73,6 +75,8 @@ pub struct SshTransport {
 struct SshGuard {
     conn: Option<Arc<Connection>>,
     write: Option<ChannelWriteHalf<Msg>>,
+    /// The bridge command's exit status, once the reader has seen it.
+    exit: Arc<OnceLock<u32>>,
 }
 
 impl Drop for SshGuard {
@@ -93,8 +97,14 @@ impl Drop for SshGuard {
     }
 }
 
-/// The guard has nothing to explain beyond what the SSH bridge reader reports itself.
-impl StreamGuard for SshGuard {}
+/// The SSH bridge reader explains a failure itself; the guard only knows the exit status.
+impl StreamGuard for SshGuard {
+    /// Known by the time the reader ended: sshd sends the exit status before closing.
+    fn exit_code(&mut self) -> ExitCodeFuture<'_> {
+        let code = self.exit.get().map(|c| *c as i32);
+        Box::pin(async move { code })
+    }
+}
 
 /// How long closing the bridge channel and disconnecting may take before they are abandoned.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
@@ -125,12 +135,16 @@ impl SshTransport {
         config::resolve(&self.opts.destination, &self.opts.resolve).await
     }
 
-    /// Connects, deploys and opens the bridge channel; returns the stream and the deploy report.
+    /// Connects, deploys and opens the bridge channel (which starts the daemon unless
+    /// `options.start_agent` is off); returns the stream and the deploy report.
     ///
     /// # Errors
     /// [`Error::HostKey`], [`Error::Auth`] and [`Error::Config`] (a retry cannot fix them),
     /// [`Error::Deploy`], and [`Error::Ssh`] for network failures (transient).
-    pub async fn open_with_report(&self) -> Result<(AgentStream, DeployReport), Error> {
+    pub async fn open_with_report(
+        &self,
+        options: OpenOptions,
+    ) -> Result<(AgentStream, DeployReport), Error> {
         let cfg = self.resolve().await?;
         let ctx = ConnectContext {
             config_file: self.opts.resolve.config_file.clone(),
@@ -139,13 +153,14 @@ impl SshTransport {
             connect_timeout: self.opts.connect_timeout,
         };
         let conn = connect::connect(&cfg, &ctx, &self.opts.auth, 0).await?;
-        match self.start_bridge(&cfg, &conn).await {
+        match self.start_bridge(&cfg, &conn, options).await {
             Ok((reader, write, report)) => {
                 *self.last_deploy.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
                 let writer = Box::pin(write.make_writer());
                 let guard = SshGuard {
                     conn: Some(Arc::new(conn)),
                     write: Some(write),
+                    exit: reader.exit_cell(),
                 };
                 Ok((
                     AgentStream {
@@ -167,17 +182,18 @@ impl SshTransport {
         &self,
         cfg: &HostConfig,
         conn: &Connection,
+        options: OpenOptions,
     ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>, DeployReport), Error> {
         let progress = self.opts.progress.as_ref();
         let mut deployed = deploy::ensure_agent(&conn.handle, &self.opts.agent, progress).await?;
-        match self.run_bridge(cfg, conn, &deployed).await {
+        match self.run_bridge(cfg, conn, &deployed, options).await {
             Err(BridgeFailure::HashMismatch(_)) if !deployed.report.uploaded => {
                 deployed.replace_corrupt(&conn.handle, progress).await?;
             }
             Err(BridgeFailure::HashMismatch(e) | BridgeFailure::Other(e)) => return Err(e),
             Ok((reader, write)) => return Ok((reader, write, deployed.report)),
         }
-        match self.run_bridge(cfg, conn, &deployed).await {
+        match self.run_bridge(cfg, conn, &deployed, options).await {
             Ok((reader, write)) => Ok((reader, write, deployed.report)),
             Err(BridgeFailure::HashMismatch(e) | BridgeFailure::Other(e)) => Err(e),
         }
@@ -189,6 +205,7 @@ impl SshTransport {
         cfg: &HostConfig,
         conn: &Connection,
         deployed: &deploy::Deployed,
+        options: OpenOptions,
     ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>), BridgeFailure> {
         let channel = conn
             .handle
@@ -198,7 +215,10 @@ impl SshTransport {
         let sentinel = deploy::new_sentinel();
         let (read, write) = channel.split();
         write
-            .exec(true, deploy::bridge_command(deployed, &sentinel))
+            .exec(
+                true,
+                deploy::bridge_command(deployed, &sentinel, options.start_agent),
+            )
             .await
             .map_err(|e| russh_error("starting the agent bridge", e))?;
         let mut reader = BridgeReader::new(read, conn.lost.clone());
@@ -244,8 +264,12 @@ impl From<Error> for BridgeFailure {
 }
 
 impl Transport for SshTransport {
-    fn open(&self) -> OpenFuture<'_> {
-        Box::pin(async move { self.open_with_report().await.map(|(stream, _)| stream) })
+    fn open(&self, options: OpenOptions) -> OpenFuture<'_> {
+        Box::pin(async move {
+            self.open_with_report(options)
+                .await
+                .map(|(stream, _)| stream)
+        })
     }
 
     fn describe(&self) -> String {

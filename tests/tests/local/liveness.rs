@@ -45,7 +45,7 @@ fn process_state(pid: Pid) -> Option<char> {
 
 /// Starts the home's daemon and returns its pid.
 fn running_daemon(home: &TestHome) -> i32 {
-    home.leases_json();
+    home.start_daemon();
     home.daemon_pid().expect("the daemon runs")
 }
 

@@ -98,6 +98,8 @@ async fn relayctl_stop_refuses_while_shells_run_and_stops_with_yes() {
         format!("stopped relay-agent (pid {pid})")
     );
     assert!(!home.daemon_running());
+    // relayctl never starts an agent: the next one is started as a connection would.
+    home.start_daemon();
     let leases = home.leases_json();
     let lease = leases
         .iter()

@@ -159,3 +159,87 @@ async fn relayctl_tags_protects_gcs_and_kills_exactly() {
     assert!(!out.status.success());
     assert!(text(&out).1.contains("nope/nope/0"), "{}", text(&out).1);
 }
+
+/// Issue 10 §3: relayctl never starts an agent (tmux's "no server running"): on a machine
+/// without one, every command says so, fails, and leaves no process and no file behind. With
+/// an agent running they work (control).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayctl_without_an_agent_says_no_agent_running_and_starts_none() {
+    let home = TestHome::new();
+    let commands: [&[&str]; 11] = [
+        &["status"],
+        &["status", "--json"],
+        &["leases"],
+        &["leases", "--all", "--json"],
+        &["kill", "ops/a/0", "--yes"],
+        &["kill", "--all", "--yes"],
+        &["protect", "ops/a/0"],
+        &["gc", "--dry-run"],
+        &["gc", "--yes"],
+        &["forget", "--all"],
+        &["stop", "--yes"],
+    ];
+    for args in commands {
+        let out = home.relayctl(args);
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "relayctl {args:?}: {stderr}");
+        assert!(
+            stderr.contains("no agent running on this machine"),
+            "relayctl {args:?}: {stderr}"
+        );
+        assert_eq!(stdout, "", "relayctl {args:?}");
+    }
+    assert_eq!(home.pids(), Vec::<i32>::new(), "no daemon, no bridge left");
+    assert!(!home.daemon_running());
+    assert!(
+        !home.path().join("run").exists(),
+        "nothing was created under RELAY_HOME"
+    );
+
+    // Control: once something started the agent, the same commands reach it.
+    let session = home.session().await;
+    let out = home.relayctl(&["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["pid"], session.status().await.unwrap().pid);
+}
+
+/// Issue 10 §3: `relayctl leases | head -1` — a reader that goes away ends relayctl with exit
+/// status 0, as ripgrep does (not killed by SIGPIPE, no panic, no message); a command that acts
+/// still does its work and its exit status says how that went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayctl_into_a_closed_pipe_exits_0_and_still_acts() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    create(&session, "a", sh("sleep 1000")).await;
+    let closed_stdout = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        writer
+    };
+    let run = |args: &[&str]| {
+        home.command(&relay_tests::bins().relayctl)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(closed_stdout())
+            .output()
+            .unwrap()
+    };
+    for args in [&["leases"][..], &["leases", "--json"], &["status"]] {
+        let out = run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "relayctl {args:?} ({:?}): {stderr}",
+            out.status
+        );
+        assert_eq!(stderr, "", "relayctl {args:?}");
+    }
+    let out = run(&["kill", "--all", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    assert!(
+        live_json(&home).is_empty(),
+        "the shell was ended all the same"
+    );
+}

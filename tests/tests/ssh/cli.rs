@@ -1,4 +1,5 @@
-//! `relayctl --ssh HOST` (leases, status, kill --all) and `relay attach HOST` over SSH.
+//! `relayctl --ssh HOST` (leases, status, kill --all; "no agent running" without starting one)
+//! and `relay attach HOST` over SSH.
 
 use super::*;
 
@@ -32,17 +33,38 @@ async fn relayctl_over_ssh_lists_the_hosts_leases_and_relay_attach_never_creates
     assert!(!out.status.success());
     assert!(stderr.contains("--accept-new"), "{stderr}");
 
-    // --accept-new: recorded once, then the leases of the host (a pane made over SSH).
+    // --accept-new records the key; the host has no agent running, and relayctl starts none
+    // (issue 10 §3): each command says so, fails, and leaves no daemon or bridge on the host.
     let out = run_cli(
         &bins().relayctl,
         &host,
         &["--ssh", &dest, "--accept-new", "leases", "--json"],
     );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        stderr.contains(&format!("no agent running on {dest}")),
+        "{stderr}"
     );
+    for args in [
+        &["status"][..],
+        &["kill", "--all", "--yes"],
+        &["gc", "--yes"],
+    ] {
+        let out = run_cli(
+            &bins().relayctl,
+            &host,
+            &[&["--ssh", &dest][..], args].concat(),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "relayctl {args:?}: {stderr}");
+        assert!(stderr.contains("no agent running"), "{stderr}");
+        assert!(out.stdout.is_empty(), "relayctl {args:?}");
+    }
+    assert_eq!(host.agent_daemon_pid().await.unwrap(), None);
+    assert_eq!(count_procs(&host, "[r]elay-agent").await, 0);
+
+    // The leases of the host (a pane made over SSH; the connection starts the agent).
     let session = Session::connect(&SshTransport::new(options(&host)), "ssh-tests")
         .await
         .unwrap();

@@ -1,5 +1,6 @@
 //! The SSH transport against real OpenSSH servers in containers (issue 3): deploy, host keys,
-//! ssh_config, one connection per host, PTYs outliving the connection, older daemons.
+//! ssh_config, one connection per host, PTYs outliving the connection, older daemons, the
+//! agent's peer-credential check.
 //!
 //! Needs a Docker engine and the fixture image (`deploy/fixtures/build-images.sh`, built on
 //! demand), and the workspace binaries (`cargo build --workspace --bins`).
@@ -12,7 +13,7 @@ use std::time::Duration;
 use relay_connector::ssh::{
     AgentSource, DeployEvent, DeployReport, HostKeyPolicy, SshOptions, SshTransport,
 };
-use relay_connector::transport::{OpenFuture, Transport};
+use relay_connector::transport::{OpenFuture, OpenOptions, Transport};
 use relay_connector::{Error, Session};
 use relay_protocol::{LeaseState, PaneKey, SpawnSpec};
 use relay_tests::fixture::SshHost;
@@ -25,6 +26,7 @@ mod faults;
 mod fixture_faults;
 mod host_keys;
 mod older_hosts;
+mod peer;
 mod sessions;
 mod ssh_config;
 

@@ -9,9 +9,9 @@ struct CountingTransport {
 }
 
 impl Transport for CountingTransport {
-    fn open(&self) -> OpenFuture<'_> {
+    fn open(&self, options: OpenOptions) -> OpenFuture<'_> {
         self.opens.fetch_add(1, Ordering::SeqCst);
-        self.inner.open()
+        self.inner.open(options)
     }
 
     fn describe(&self) -> String {

@@ -156,3 +156,74 @@ async fn encrypted_key_asks_the_passphrase_callback() {
     session.list_leases().await.unwrap();
     assert_eq!(asked.load(Ordering::SeqCst), 2);
 }
+
+/// Issue 10 §3: host and user names reach shells (`ssh -G`, a `ProxyCommand`'s `%h %r %n`).
+/// A destination with shell metacharacters is refused before anything runs, by relay itself
+/// (also without OpenSSH's own check: the ssh2-config fallback here); and a value substituted
+/// into a real ProxyCommand — a `HostName` holding `$(...)` — reaches it as one literal argument
+/// and runs nothing, while the connection works.
+#[tokio::test(flavor = "multi_thread")]
+async fn proxy_command_substitutions_cannot_run_commands() {
+    // `ssh -G` lowercases host names: a lowercase path without spaces.
+    let dir = PathBuf::from(format!("/tmp/relay-inject-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+
+    let typed_marker = dir.join("typed");
+    let fallback_config = dir.join("config");
+    std::fs::write(
+        &fallback_config,
+        "Host *\n  User relay\n  ProxyCommand sh -c 'exit 1' %h\n",
+    )
+    .unwrap();
+    let destination = format!("a;>{}", typed_marker.display());
+    let out = std::process::Command::new(&bins().relayctl)
+        .args(["--ssh", &destination, "status", "-F"])
+        .arg(&fallback_config)
+        .env("RELAY_SSH", dir.join("no-ssh-client"))
+        .env_remove("SSH_AUTH_SOCK")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("contains ';'") && stderr.contains("check the destination"),
+        "{stderr}"
+    );
+    assert!(!typed_marker.exists(), "the destination ran a command");
+
+    let host = SshHost::start().await.unwrap();
+    let marker = dir.join("configured");
+    let seen = dir.join("seen");
+    let hostname = format!("h$(>{})x", marker.display());
+    let config = dir.join("proxy_config");
+    std::fs::write(
+        &config,
+        format!(
+            "Host proxied\n  HostName {hostname}\n  User relay\n  IdentityFile {}\n  \
+             IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  \
+             ProxyCommand bash -c 'echo \"$0\" > {}; exec 3<>/dev/tcp/127.0.0.1/{}; cat <&3 & \
+             exec cat >&3' %h\n",
+            host.key_path().display(),
+            seen.display(),
+            host.port()
+        ),
+    )
+    .unwrap();
+    let session = Session::connect(
+        &SshTransport::new(config_only("proxied", config)),
+        "ssh-tests",
+    )
+    .await
+    .unwrap();
+    session.list_leases().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap().trim_end(),
+        hostname,
+        "the ProxyCommand got the host name as one literal argument"
+    );
+    assert!(!marker.exists(), "a substituted %h ran a command");
+    drop(session);
+    let _ = std::fs::remove_dir_all(&dir);
+}

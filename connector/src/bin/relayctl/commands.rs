@@ -1,14 +1,13 @@
 //! The subcommands: connect once, do one thing, print it. `leases`, `status` and `stop` are
 //! here; the ones that end or protect shells are in `lifecycle.rs`.
 
-use std::io::Write;
-
 use anyhow::Context;
 use relay_connector::{ConnectOptions, Session};
 use relay_protocol::Capability;
 
 use crate::common::destination::Destination;
 use crate::lifecycle::Ctl;
+use crate::output::{self, note};
 use crate::render::{self, TagCounts};
 use crate::targets::{self, Filter};
 use crate::{Cli, Command, Outcome};
@@ -57,26 +56,48 @@ pub async fn run(cli: &Cli) -> anyhow::Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-/// One connection to the agent, stating no cleanup policy: relayctl never creates, and the
-/// agent's timers only apply to PTYs created by a connection that stated one.
+/// One connection to a running agent, stating no cleanup policy: relayctl never creates, and
+/// the agent's timers only apply to PTYs created by a connection that stated one. It never
+/// starts an agent either (`start_agent: false`): an operator command on a host without one
+/// says so and leaves nothing behind.
 async fn connect(cli: &Cli, destination: &Destination) -> anyhow::Result<Session> {
     let transport = destination.transport_with(&cli.ssh_args)?;
     let options = ConnectOptions {
         policy: None,
+        start_agent: false,
         ..ConnectOptions::new(format!("relayctl/{}", std::process::id()))
     };
     let connect = Session::connect_with(transport.as_ref(), &options);
     let connected = match destination {
-        // Reaching the local agent includes starting it (at most a few seconds).
+        // A local agent answers at once (waiting at most for one that another client is
+        // starting).
         Destination::Local => tokio::time::timeout(cli.timeout, connect)
             .await
             .map_err(|_| not_answering(destination, cli.timeout))?,
         // SSH setup (connect, authenticate, deploy an agent) has its own bounds.
         Destination::Host(_) => connect.await,
     };
-    Ok(connected
-        .with_context(|| format!("cannot reach the relay agent ({destination})"))?
-        .with_request_timeout(Some(cli.timeout)))
+    match connected {
+        Ok(session) => Ok(session.with_request_timeout(Some(cli.timeout))),
+        Err(e) if e.is_no_agent() => Err(no_agent(destination)),
+        Err(e) => {
+            Err(anyhow::Error::new(e)
+                .context(format!("cannot reach the relay agent ({destination})")))
+        }
+    }
+}
+
+/// "no agent running", with where and what starts one (tmux says "no server running").
+fn no_agent(destination: &Destination) -> anyhow::Error {
+    match destination {
+        Destination::Local => anyhow::anyhow!(
+            "no agent running on this machine (relayctl never starts one; `relay shell --local` \
+             does)"
+        ),
+        Destination::Host(host) => anyhow::anyhow!(
+            "no agent running on {host} (relayctl never starts one; `relay shell {host}` does)"
+        ),
+    }
 }
 
 /// `relayctl leases`: one listing, filtered, as a table or JSON.
@@ -92,9 +113,8 @@ async fn leases(
         .iter()
         .filter(|r| filter.keeps(&r.info))
         .collect();
-    let mut out = std::io::stdout().lock();
     if json {
-        writeln!(out, "{}", render::leases_json(&rows))?;
+        output::print(format_args!("{}\n", render::leases_json(&rows)))?;
     } else if rows.is_empty() {
         let hidden = listing.rows.len();
         let filtered = filter.workspace.is_some() || !filter.states.is_empty();
@@ -104,14 +124,10 @@ async fn leases(
             (n, false, false) => format!(" ({n} ended; `--all` shows them)"),
             (_, false, true) => String::new(),
         };
-        eprintln!("no leases on {destination}{hint}");
+        note!("no leases on {destination}{hint}");
     } else {
         let tags = listing.lifecycle.is_some();
-        write!(
-            out,
-            "{}",
-            render::leases_table(&rows, tags, render::now_ms())
-        )?;
+        output::print(render::leases_table(&rows, tags, render::now_ms()))?;
     }
     if let Some(cut) = listing
         .lifecycle
@@ -119,7 +135,7 @@ async fn leases(
         .map(|l| l.left_out)
         .filter(|n| *n > 0)
     {
-        eprintln!(
+        note!(
             "{cut} ended lease(s) were left out to fit the agent's reply (`relayctl forget \
              --all` prunes ended history)"
         );
@@ -139,11 +155,13 @@ async fn status(session: &Session, json: bool) -> anyhow::Result<()> {
     let lifecycle = listing
         .as_ref()
         .and_then(|l| Some((l.lifecycle.as_ref()?, TagCounts::of(&l.rows))));
-    let mut out = std::io::stdout().lock();
     if json {
-        writeln!(out, "{}", render::status_json(&status, lifecycle))?;
+        output::print(format_args!(
+            "{}\n",
+            render::status_json(&status, lifecycle)
+        ))?;
     } else {
-        write!(out, "{}", render::status_text(&status, lifecycle))?;
+        output::print(render::status_text(&status, lifecycle))?;
     }
     Ok(())
 }
@@ -167,7 +185,7 @@ async fn stop(session: Session, destination: &Destination, yes: bool) -> anyhow:
     }
     drop(session);
     stop_daemon(status.pid).await?;
-    println!("stopped relay-agent (pid {})", status.pid);
+    output::show(format_args!("stopped relay-agent (pid {})\n", status.pid))?;
     Ok(())
 }
 

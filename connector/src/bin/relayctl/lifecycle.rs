@@ -1,8 +1,6 @@
 //! `kill`, `protect`, `gc` and `forget`: list once, resolve what the operator named into exact
 //! bindings, show it, ask, act, and print what became of each.
 
-use std::io::Write;
-
 use anyhow::Context;
 use relay_connector::Session;
 use relay_protocol::message::{EndWhen, LeaseRow};
@@ -10,6 +8,7 @@ use relay_protocol::{Capability, LeaseState, PtyId};
 
 use crate::common::destination::Destination;
 use crate::confirm::confirm;
+use crate::output::{note, show};
 use crate::report::{
     forget_report, gc_outcome, gc_report, gc_table, kill_outcome, kill_report, targets_table,
 };
@@ -53,14 +52,14 @@ impl Ctl<'_> {
             .filter(|r| in_scope(r.info.state, &r.info.binding.pane.workspace.0))
             .partition(|r| r.info.protected);
         if !protected.is_empty() {
-            eprintln!(
+            note!(
                 "leaving {} protected shell(s) alone (`relayctl protect ID --off` first to end \
                  them)",
                 protected.len()
             );
         }
         if rows.is_empty() {
-            eprintln!("no live shell to end on {}", self.destination);
+            note!("no live shell to end on {}", self.destination);
             return Ok(Outcome::Done);
         }
         self.end(&rows, EndWhen::Unprotected, yes).await
@@ -68,17 +67,15 @@ impl Ctl<'_> {
 
     /// Shows `rows`, asks, ends exactly their bindings and prints the summary.
     async fn end(&self, rows: &[&LeaseRow], when: EndWhen, yes: bool) -> anyhow::Result<Outcome> {
-        let mut out = std::io::stdout().lock();
-        write!(out, "{}", targets_table(rows, crate::render::now_ms()))?;
-        out.flush()?;
+        show(targets_table(rows, crate::render::now_ms()))?;
         let question = format!("end these {} shell(s) on {}?", rows.len(), self.destination);
         if !confirm(&question, yes).await? {
-            eprintln!("nothing ended");
+            note!("nothing ended");
             return Ok(Outcome::NotAllDone);
         }
         let bindings: Vec<_> = rows.iter().map(|r| r.info.binding.clone()).collect();
         let summary = self.session.kill_all(&bindings, when).await?;
-        write!(out, "{}", kill_report(&summary))?;
+        show(kill_report(&summary))?;
         Ok(kill_outcome(&summary))
     }
 
@@ -93,7 +90,7 @@ impl Ctl<'_> {
             .await
             .with_context(|| format!("cannot change protection of {binding}"))?;
         let what = if on { "protected" } else { "unprotected" };
-        println!("{what} {} ({})", binding.pane, binding.pty);
+        show(format_args!("{what} {} ({})\n", binding.pane, binding.pty))?;
         Ok(Outcome::Done)
     }
 
@@ -102,12 +99,10 @@ impl Ctl<'_> {
         self.need_lifecycle("gc", "or end shells one by one with `relayctl kill ID`")?;
         let plan = self.session.gc_plan().await?;
         if plan.is_empty() {
-            eprintln!("no shell is eligible for cleanup on {}", self.destination);
+            note!("no shell is eligible for cleanup on {}", self.destination);
             return Ok(Outcome::Done);
         }
-        let mut out = std::io::stdout().lock();
-        write!(out, "{}", gc_table(&plan))?;
-        out.flush()?;
+        show(gc_table(&plan))?;
         if dry_run {
             return Ok(Outcome::Done);
         }
@@ -117,11 +112,11 @@ impl Ctl<'_> {
             self.destination
         );
         if !confirm(&question, yes).await? {
-            eprintln!("nothing ended");
+            note!("nothing ended");
             return Ok(Outcome::NotAllDone);
         }
         let summary = self.session.gc(&plan).await?;
-        write!(out, "{}", gc_report(&summary))?;
+        show(gc_report(&summary))?;
         Ok(gc_outcome(&summary))
     }
 
@@ -139,7 +134,7 @@ impl Ctl<'_> {
             ptys_to_forget(&ids, &targets::list(self.session).await?)?
         };
         let forgot = self.session.forget(&ptys).await?;
-        print!("{}", forget_report(&forgot));
+        show(forget_report(&forgot))?;
         Ok(Outcome::of(
             forgot.not_ended.is_empty() && forgot.unknown.is_empty(),
         ))

@@ -2,12 +2,15 @@
 //! `gc`, `forget`, `stop`).
 //!
 //! This file only parses arguments, runs, prints the error chain once and picks the exit code
-//! (0 success, 1 failure or something requested not done, 2 usage errors from clap).
+//! (0 success, also when the reader of stdout went away; 1 failure — among them "no agent
+//! running", as relayctl never starts an agent — or something requested not done; 2 usage
+//! errors from clap).
 //!
 //! Layout: `cli.rs` (clap), `commands.rs` (connect, dispatch, `leases`, `status`, `stop`),
 //! `lifecycle.rs` (`kill`, `protect`, `gc`, `forget`), `targets.rs` (one listing of the leases,
 //! filters, IDs → exact bindings; no IO), `confirm.rs` (the y/N question), `render.rs` (tables,
-//! JSON, durations), `report.rs` (what kill, gc and forget print).
+//! JSON, durations), `report.rs` (what kill, gc and forget print), `output.rs` (stdout whose
+//! closing by the reader is not an error, stderr notes).
 
 mod cli;
 mod commands;
@@ -15,6 +18,7 @@ mod commands;
 mod common;
 mod confirm;
 mod lifecycle;
+mod output;
 mod render;
 mod report;
 mod targets;
@@ -26,21 +30,14 @@ use clap::Parser;
 pub use cli::{Cli, Command};
 
 fn main() -> ExitCode {
-    // Output piped into `head` and closed early ends relayctl quietly, as for other Unix tools,
-    // instead of a panic on the failed write (Rust ignores SIGPIPE by default).
-    // SAFETY: restoring the default disposition before any thread starts.
-    unsafe {
-        let _ = nix::sys::signal::signal(
-            nix::sys::signal::Signal::SIGPIPE,
-            nix::sys::signal::SigHandler::SigDfl,
-        );
-    }
     let cli = Cli::parse();
     match common::run(commands::run(&cli)) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::NotAllDone) => ExitCode::FAILURE,
+        // `relayctl leases | head -1`: the reader had what it wanted (see output.rs).
+        Err(err) if err.downcast_ref::<output::StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("relayctl: {err:#}");
+            output::note!("relayctl: {err:#}");
             ExitCode::FAILURE
         }
     }
