@@ -16,7 +16,9 @@
 //! 5. `relay-agent-T` next to the current executable.
 //!
 //! A portable agent in `../agents` that is older than the native `relay-agent` next to the
-//! executable is still used (it is what the user built for hosts), with a warning to rebuild it.
+//! executable (the sources changed since `deploy/build-agents.sh` last ran) comes after the native
+//! build instead: [`AgentSource::candidates`] lists both, and the deploy takes the first one the
+//! host can run (a stale portable agent only where the native one cannot run, with a warning).
 
 use std::path::{Path, PathBuf};
 
@@ -62,6 +64,15 @@ impl AgentSource {
     /// # Errors
     /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
     pub fn find(&self, target: &str) -> Result<PathBuf, Error> {
+        Ok(self.candidates(target)?.remove(0))
+    }
+
+    /// Every existing agent binary for `target`, best first (never empty): the deploy takes the
+    /// first one the host can run.
+    ///
+    /// # Errors
+    /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
+    pub fn candidates(&self, target: &str) -> Result<Vec<PathBuf>, Error> {
         let is_local = local_target() == Some(target);
         let named = format!("relay-agent-{target}");
         let mut candidates: Vec<PathBuf> = Vec::new();
@@ -99,7 +110,7 @@ impl AgentSource {
         named: &str,
         is_local: bool,
         exe_dir: Option<&Path>,
-    ) -> Result<PathBuf, Error> {
+    ) -> Result<Vec<PathBuf>, Error> {
         let target = named.trim_start_matches("relay-agent-");
         let mut candidates: Vec<PathBuf> = Vec::new();
         // An empty variable counts as unset.
@@ -123,18 +134,31 @@ impl AgentSource {
         }
         candidates.extend(native.iter().cloned());
         candidates.extend(exe_dir.map(|d| d.join(named)));
-        let found = pick(candidates, target)?;
-        if Some(&found) == portable.as_ref() {
-            warn_if_stale(&found, native.iter().find(|p| p.is_file()));
+        let mut found = pick(candidates, target)?;
+        // A stale portable agent goes after the native build it is older than.
+        if let (Some(portable), Some(native)) = (&portable, native.iter().find(|p| p.is_file())) {
+            if let Some(at) = found.iter().position(|p| p == portable) {
+                if is_older(portable, native) {
+                    let stale = found.remove(at);
+                    let native_at = found.iter().position(|p| p == native).unwrap_or(at);
+                    found.insert(native_at + 1, stale);
+                }
+            }
         }
         Ok(found)
     }
 }
 
-/// The first existing file of `candidates`, or the error listing them all.
-fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<PathBuf, Error> {
-    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
-        return Ok(found.clone());
+/// The existing files of `candidates` (in order, no repeats), or the error listing them all.
+fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<Vec<PathBuf>, Error> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    for p in candidates.iter().filter(|p| p.is_file()) {
+        if !found.contains(p) {
+            found.push(p.clone());
+        }
+    }
+    if !found.is_empty() {
+        return Ok(found);
     }
     Err(Error::NoAgentBinary(format!(
         "no relay-agent binary for {target} (looked at {}); run deploy/build-agents.sh to \
@@ -148,20 +172,10 @@ fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<PathBuf, Error> {
     )))
 }
 
-/// Warns when the portable agent is older than the native build next to the executable (the
-/// agent's sources changed since `deploy/build-agents.sh` last ran).
-fn warn_if_stale(portable: &Path, native: Option<&PathBuf>) {
+/// Whether `a` was modified before `b` (false when either time is unknown).
+fn is_older(a: &Path, b: &Path) -> bool {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if let (Some(native), Some(p_time)) = (native, modified(portable)) {
-        if modified(native).is_some_and(|n_time| n_time > p_time) {
-            tracing::warn!(
-                "{} is older than {}: deploying the older one; run deploy/build-agents.sh to \
-                 rebuild the agents relay deploys",
-                portable.display(),
-                native.display()
-            );
-        }
-    }
+    matches!((modified(a), modified(b)), (Some(a), Some(b)) if a < b)
 }
 
 #[cfg(test)]
@@ -181,12 +195,27 @@ mod tests {
         let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
         assert_eq!(
             found,
-            bin.join("relay-agent"),
+            vec![bin.join("relay-agent")],
             "no portable agent: the native one"
         );
+        let set_mtime = |p: &Path, secs: u64| {
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        };
         std::fs::write(agents.join(&named), b"portable").unwrap();
+        set_mtime(&bin.join("relay-agent"), 1_000_000);
+        set_mtime(&agents.join(&named), 2_000_000);
         let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
-        assert_eq!(found, agents.join(&named));
+        assert_eq!(found, vec![agents.join(&named), bin.join("relay-agent")]);
+        // The agent's sources changed since build-agents.sh ran: the native build first.
+        set_mtime(&agents.join(&named), 500_000);
+        let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
+        assert_eq!(found, vec![bin.join("relay-agent"), agents.join(&named)]);
         // Another platform: never the native binary.
         std::fs::remove_file(agents.join(&named)).unwrap();
         let other = "relay-agent-aarch64-apple-darwin";

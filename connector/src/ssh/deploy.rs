@@ -192,6 +192,9 @@ const UPLOAD_HASH_FAILED: u32 = 7;
 /// sign of corruption: nothing is replaced).
 pub(crate) const BRIDGE_HASH_FAILED: u32 = 98;
 
+/// The probe's line saying a daemon socket exists.
+const DAEMON_SOCKET: &str = "daemon-socket=yes";
+
 /// Prefix of the probe's line naming the host's sha256 tool.
 const HASH_TOOL: &str = "hash-tool=";
 
@@ -204,6 +207,9 @@ struct Probe {
     target: &'static str,
     /// What decides whether the host can run an agent binary.
     facts: HostFacts,
+    /// Whether a daemon socket exists (`~/.relay/run/agent.sock`): a daemon of any version may
+    /// be running.
+    daemon_socket: bool,
     /// Path of every installed agent of this connector version.
     installed: Vec<String>,
 }
@@ -246,20 +252,25 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
     Ok(Probe {
         platform,
         target,
+        daemon_socket: keyed.contains(&DAEMON_SOCKET),
         facts: host_check::facts_from_probe(keyed.into_iter()),
         installed: paths.into_iter().map(str::to_string).collect(),
     })
 }
 
 /// Makes sure the agent is installed on the host; uploads and verifies it when it is absent.
+/// With `start_agent` off (connect to a running daemon only), nothing is uploaded to a host that
+/// has neither this agent nor a daemon socket.
 ///
 /// # Errors
 /// [`Error::Deploy`] for an unsupported platform, a missing local binary, or a failed upload or
-/// verification; [`Error::Ssh`] when the connection fails meanwhile.
+/// verification; [`Error::AgentCannotRun`] when the host can run none of the local candidates;
+/// [`Error::NoAgent`] as above; [`Error::Ssh`] when the connection fails meanwhile.
 pub(crate) async fn ensure_agent(
     handle: &Handle<ClientHandler>,
     source: &AgentSource,
     progress: Option<&ProgressCallback>,
+    start_agent: bool,
 ) -> Result<Deployed, Error> {
     let started = Instant::now();
     let emit = |ev: DeployEvent| {
@@ -273,7 +284,8 @@ pub(crate) async fn ensure_agent(
     let probe = format!(
         "echo {mark}; uname -sm; if command -v sha256sum >/dev/null 2>&1; then echo {HASH_TOOL}sha256sum; \
          elif command -v shasum >/dev/null 2>&1; then echo {HASH_TOOL}shasum; \
-         else echo {HASH_TOOL}none; fi; {facts}; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
+         else echo {HASH_TOOL}none; fi; {facts}; \
+         [ -S \"$HOME/.relay/run/agent.sock\" ] && echo {DAEMON_SOCKET}; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
          [ -f \"$f\" ] && echo \"$f\"; done; exit 0",
         facts = host_check::PROBE_SNIPPET,
     );
@@ -294,10 +306,28 @@ pub(crate) async fn ensure_agent(
         target: target.to_string(),
     });
 
-    // 2. The local binary for that target.
-    let path = source.find(target)?;
-    let agent = LocalAgent::load(&path).await?;
-    host_check::check(&probe.facts, agent.glibc, &path, target)?;
+    // 2. The local binary for that target: the first candidate the host can run.
+    let mut refused = None;
+    let mut chosen = None;
+    for path in source.candidates(target)? {
+        let agent = LocalAgent::load(&path).await?;
+        match host_check::check(&probe.facts, agent.glibc, &path, target) {
+            Ok(()) => {
+                if let Some(e) = &refused {
+                    tracing::warn!(
+                        "deploying {} instead: {e}; run deploy/build-agents.sh if it is out of date",
+                        path.display()
+                    );
+                }
+                chosen = Some(agent);
+                break;
+            }
+            Err(e) => refused = refused.or(Some(e)),
+        }
+    }
+    let Some(agent) = chosen else {
+        return Err(refused.expect("candidates is never empty"));
+    };
     let remote_path = format!(".relay/bin/{}", agent.name);
     let mut report = DeployReport {
         platform,
@@ -316,6 +346,12 @@ pub(crate) async fn ensure_agent(
         emit(DeployEvent::AlreadyPresent {
             path: format!("~/{remote_path}"),
         });
+    } else if !start_agent && !probe.daemon_socket {
+        return Err(Error::NoAgent(
+            "no agent running there: no daemon socket in ~/.relay/run and no agent of this \
+             version installed (nothing was uploaded)"
+                .to_string(),
+        ));
     } else {
         install(handle, &agent, progress, &mut report).await?;
     }

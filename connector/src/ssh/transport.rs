@@ -185,7 +185,13 @@ impl SshTransport {
         options: OpenOptions,
     ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>, DeployReport), Error> {
         let progress = self.opts.progress.as_ref();
-        let mut deployed = deploy::ensure_agent(&conn.handle, &self.opts.agent, progress).await?;
+        let mut deployed = deploy::ensure_agent(
+            &conn.handle,
+            &self.opts.agent,
+            progress,
+            options.start_agent,
+        )
+        .await?;
         match self.run_bridge(cfg, conn, &deployed, options).await {
             Err(BridgeFailure::HashMismatch(_)) if !deployed.report.uploaded => {
                 deployed.replace_corrupt(&conn.handle, progress).await?;

@@ -63,6 +63,11 @@ async fn relayctl_over_ssh_lists_the_hosts_leases_and_relay_attach_never_creates
     }
     assert_eq!(host.agent_daemon_pid().await.unwrap(), None);
     assert_eq!(count_procs(&host, "[r]elay-agent").await, 0);
+    assert_eq!(
+        remote_bin(&host).await,
+        vec![],
+        "nothing was uploaded to a host with no agent"
+    );
 
     // The leases of the host (a pane made over SSH; the connection starts the agent).
     let session = Session::connect(&SshTransport::new(options(&host)), "ssh-tests")

@@ -75,11 +75,22 @@ async fn a_noexec_install_directory_is_named_before_any_upload() {
 
 /// README's steps on a Debian 11 host: `deploy/build-agents.sh`, then `relay shell HOST` with no
 /// agent setting at all finds the portable agent next to its own build, deploys it and runs a
-/// shell there.
+/// shell there. The portable agent is made older than the native build first (sources changed
+/// since the script ran): the native one is then preferred, and since this host cannot run it,
+/// the portable one is deployed after all.
 #[test]
 fn relay_shell_runs_on_a_debian_11_host_with_the_portable_agent() {
     let agents = portable_agents().unwrap();
     let portable = agents.join("relay-agent-x86_64-unknown-linux-gnu");
+    let native_time = std::fs::metadata(&bins().agent)
+        .and_then(|m| m.modified())
+        .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&portable)
+        .unwrap()
+        .set_modified(native_time - Duration::from_secs(3600))
+        .unwrap();
     let needs = glibc_needed(&std::fs::read(&portable).unwrap()).unwrap();
     assert!(
         needs
