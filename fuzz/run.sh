@@ -7,13 +7,14 @@
 #   fuzz/run.sh --smoke [TARGET...]     20 s per target, for CI
 #
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`). Seeds are rebuilt from
-# the golden vectors (protocol/tests) into fuzz/seeds/ on every run; what libFuzzer finds grows
-# fuzz/corpus/TARGET/. Logs: fuzz/logs/TARGET.log. Set CARGO_TARGET_DIR to build elsewhere than
-# fuzz/target. See docs/fuzzing.md.
+# the golden vectors (protocol/tests) into fuzz/seeds/ on every run, and fuzz/regressions/TARGET/
+# (inputs that once failed, or crash-*/timeout-* reproducers) is replayed too; what libFuzzer
+# finds grows fuzz/corpus/TARGET/. Logs: fuzz/logs/TARGET.log. Set CARGO_TARGET_DIR to build
+# elsewhere than fuzz/target. See docs/fuzzing.md.
 set -euo pipefail
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -62,7 +63,10 @@ for t in "${targets[@]}"; do
   echo "== $t: ${seconds}s (log: $log)"
   status=0
   # One job, niced: the machines this runs on are shared with builders.
-  nice -n 10 cargo +nightly fuzz run "${fuzz_flags[@]}" "$t" "fuzz/corpus/$t" "fuzz/seeds/$t" -- \
+  dirs=("fuzz/corpus/$t" "fuzz/seeds/$t")
+  # Inputs that once failed (committed), replayed first by every run.
+  [ -d "fuzz/regressions/$t" ] && dirs+=("fuzz/regressions/$t")
+  nice -n 10 cargo +nightly fuzz run "${fuzz_flags[@]}" "$t" "${dirs[@]}" -- \
     -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 \
     >"$log" 2>&1 || status=$?
   n=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$' || true)
