@@ -310,7 +310,9 @@ async fn grow(p: &mut Partial, budget: &FrameBudget) {
     if p.buf.len() < p.buf.capacity() {
         return;
     }
-    let want = (p.buf.capacity() * 2).clamp(READ_AHEAD, p.len);
+    // Not `clamp`: a frame just over the read-ahead (4 + len > READ_AHEAD with len < READ_AHEAD)
+    // has a maximum below the minimum, and `clamp` panics then.
+    let want = (p.buf.capacity() * 2).max(READ_AHEAD).min(p.len);
     let more = want - p.held.bytes;
     let permits = u32::try_from(more).unwrap_or(u32::MAX);
     // Cancel-safe: a dropped acquire takes nothing; the closed case cannot happen (never closed).
@@ -370,6 +372,33 @@ mod tests {
         assert_eq!(budget.held(), 0, "counted only while incomplete");
         drop(writer.await.unwrap());
         assert!(frames.next().await.is_none(), "clean end between frames");
+    }
+
+    /// Regression: a frame whose header and body together just exceed the read-ahead (payload
+    /// 8,189–8,191 bytes: an ordinary paste) panicked the connection's reader.
+    #[tokio::test]
+    async fn frames_around_the_read_ahead_size_arrive_whole() {
+        let budget = FrameBudget::new(2 << 20);
+        let (mut frames, mut peer) = reader(&budget, Duration::from_secs(5));
+        let sizes: Vec<usize> = (READ_AHEAD - 6..=READ_AHEAD + 2).collect();
+        let mut bytes = Vec::new();
+        for &n in &sizes {
+            bytes.extend(frame(&vec![n as u8; n]));
+        }
+        let writer = tokio::spawn(async move {
+            for piece in bytes.chunks(3_000) {
+                peer.write_all(piece).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            peer
+        });
+        for &n in &sizes {
+            let got = frames.next().await.unwrap().unwrap();
+            assert_eq!(got.len(), n);
+            assert!(got.iter().all(|b| *b == n as u8), "frame of {n} bytes");
+        }
+        assert_eq!(budget.held(), 0);
+        drop(writer.await.unwrap());
     }
 
     #[tokio::test]

@@ -89,12 +89,17 @@ impl std::error::Error for BridgeEnd {}
 /// Whether a bridge that ended with exit `status` and `stderr` could not execute the agent
 /// binary: POSIX shells exit 126 for "found but not executable" and 127 for "not found"; glibc's
 /// dynamic loader names a missing symbol version (`version `GLIBC_2.34' not found`); the kernel
-/// says "Exec format error" for another architecture.
+/// says "Exec format error" for another architecture. Only stderr lines that name the agent
+/// binary (`relay-agent`) count: the tail also holds what the login shell's startup files
+/// printed, which must not turn a retryable failure into a permanent one.
 pub fn cannot_execute(status: Option<u32>, stderr: &str) -> bool {
     matches!(status, Some(126 | 127))
-        || stderr.contains("GLIBC_")
-        || stderr.contains("cannot execute")
-        || stderr.contains("Exec format error")
+        || stderr.lines().any(|line| {
+            line.contains("relay-agent")
+                && (line.contains("GLIBC_")
+                    || line.contains("cannot execute")
+                    || line.contains("Exec format error"))
+        })
 }
 
 /// A byte stream to an agent, plus whatever must stay alive while it is used.

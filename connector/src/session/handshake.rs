@@ -49,6 +49,7 @@ pub(crate) async fn run(
     guard: &mut dyn StreamGuard,
     client_id: &str,
     destination: &str,
+    start_agent: bool,
 ) -> Result<Welcome, Error> {
     let hello = Hello::new(client_id, env!("CARGO_PKG_VERSION"));
     let bytes = Bytes::from(Message::Request(HELLO_ID, Request::Hello(hello)).to_bytes());
@@ -64,7 +65,7 @@ pub(crate) async fn run(
         Ok(first) => first,
     };
     if matches!(first, None | Some(Err(FrameError::Io(_)))) {
-        if let Some(e) = exit_error(guard.exit_code().await, destination) {
+        if let Some(e) = exit_error(guard.exit_code().await, destination, start_agent) {
             return Err(e);
         }
     }
@@ -112,11 +113,12 @@ fn bridge_ended(io: &std::io::Error, destination: &str) -> Error {
 }
 
 /// The error a bridge's exit status before the welcome means by itself, if any: no agent
-/// running (`bridge --no-start`), or a bridge that did not understand its command line.
-fn exit_error(code: Option<i32>, destination: &str) -> Option<Error> {
+/// running (`bridge --no-start`), or a bridge that did not understand that flag (only when it
+/// was passed: `start_agent` off).
+fn exit_error(code: Option<i32>, destination: &str, start_agent: bool) -> Option<Error> {
     match code? {
         EXIT_NO_AGENT => Some(Error::NoAgent(format!("no agent running on {destination}"))),
-        EXIT_USAGE => Some(Error::Incompatible(format!(
+        EXIT_USAGE if !start_agent => Some(Error::Incompatible(format!(
             "the agent bridge on {destination} did not understand its command line (exit \
              status {EXIT_USAGE}): the agent binary is older than this connector (`bridge \
              {NO_START_FLAG}` is new in protocol 1.4); deploy the agent that matches this \
@@ -290,7 +292,7 @@ mod tests {
         let writer: BoxWriter = Box::pin(tokio::io::sink());
         let mut reader = FramedRead::new(reader, FrameCodec::new(1 << 20));
         let mut writer = FramedWrite::new(writer, FrameCodec::new(1 << 20));
-        run(&mut reader, &mut writer, &mut (), "test", "db1")
+        run(&mut reader, &mut writer, &mut (), "test", "db1", true)
             .await
             .unwrap_err()
     }

@@ -157,6 +157,7 @@ impl Session {
             guard.as_mut(),
             client_id,
             &destination,
+            options.start_agent,
         )
         .await?;
         let max_frame = welcome.limits.max_frame.min(DEFAULT_MAX_FRAME);

@@ -308,6 +308,11 @@ mod tests {
         ));
         assert!(cannot_execute(Some(126), "Permission denied"));
         assert!(!cannot_execute(Some(1), "error: cannot create /ro/run"));
+        // A login shell's own noise names no agent binary: not a reason to give up.
+        assert!(!cannot_execute(
+            Some(1),
+            "starship: version `GLIBC_2.39' not found\nerror: cannot create ~/.relay/state"
+        ));
         assert!(!cannot_execute(None, ""));
     }
 }

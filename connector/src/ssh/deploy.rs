@@ -192,8 +192,16 @@ const UPLOAD_HASH_FAILED: u32 = 7;
 /// sign of corruption: nothing is replaced).
 pub(crate) const BRIDGE_HASH_FAILED: u32 = 98;
 
-/// The probe's line saying a daemon socket exists.
+/// The probe's line saying a daemon may be running.
 const DAEMON_SOCKET: &str = "daemon-socket=yes";
+
+/// Probe snippet for connect-only opens: prints [`DAEMON_SOCKET`] when `~/.relay/run/agent.sock`
+/// exists and its daemon may be running: the daemon holds an exclusive `flock` on
+/// `run/daemon.lock` for its whole life, so a lock that `flock -n` can take means the socket is a
+/// leftover (a killed daemon, a reboot). Without `flock(1)` the socket alone counts.
+const DAEMON_CHECK: &str = "r=\"$HOME/.relay/run\"; if [ -S \"$r/agent.sock\" ]; then \
+     if command -v flock >/dev/null 2>&1 && [ -f \"$r/daemon.lock\" ] && \
+     flock -n \"$r/daemon.lock\" true 2>/dev/null; then :; else echo daemon-socket=yes; fi; fi;";
 
 /// Prefix of the probe's line naming the host's sha256 tool.
 const HASH_TOOL: &str = "hash-tool=";
@@ -284,10 +292,10 @@ pub(crate) async fn ensure_agent(
     let probe = format!(
         "echo {mark}; uname -sm; if command -v sha256sum >/dev/null 2>&1; then echo {HASH_TOOL}sha256sum; \
          elif command -v shasum >/dev/null 2>&1; then echo {HASH_TOOL}shasum; \
-         else echo {HASH_TOOL}none; fi; {facts}; \
-         [ -S \"$HOME/.relay/run/agent.sock\" ] && echo {DAEMON_SOCKET}; for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
+         else echo {HASH_TOOL}none; fi; {facts}; {daemon_check} for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
          [ -f \"$f\" ] && echo \"$f\"; done; exit 0",
         facts = host_check::PROBE_SNIPPET,
+        daemon_check = if start_agent { "" } else { DAEMON_CHECK },
     );
     let out = exec::run(handle, &sh_command(&probe), None, &mut |_, _| {}).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);

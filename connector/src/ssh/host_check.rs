@@ -63,7 +63,7 @@ pub enum HostLibc {
 
 impl HostLibc {
     /// Reads the probe's `libc=` value: `getconf GNU_LIBC_VERSION` (`glibc 2.31`) or, when that
-    /// printed nothing, the first lines of `ldd --version` (`ldd (Debian GLIBC 2.31-13) 2.31`,
+    /// printed nothing, the first line of `ldd --version` (`ldd (Debian GLIBC 2.31-13) 2.31`,
     /// `musl libc (x86_64)`).
     pub fn from_probe(value: &str) -> HostLibc {
         let value = value.trim();
@@ -189,7 +189,7 @@ pub fn check(
 /// mount point that contains `$HOME/.relay/bin` (resolved with `pwd -P`, since mount points
 /// are physical paths).
 pub(crate) const PROBE_SNIPPET: &str = "v=$(getconf GNU_LIBC_VERSION 2>/dev/null) || v=; \
-     [ -n \"$v\" ] || v=$(ldd --version 2>&1 | head -n 2 | tr '\\n' ' '); echo \"libc=$v\"; \
+     [ -n \"$v\" ] || v=$(ldd --version 2>&1 | head -n 1); echo \"libc=$v\"; \
      if [ -r /proc/self/mounts ]; then d=$(cd \"$HOME\" 2>/dev/null && pwd -P); \
      awk -v d=\"$d/.relay/bin/\" 'BEGIN { best = -1 } { m = $2; if (m != \"/\") m = m \"/\"; \
      if (index(d, m) == 1 && length(m) > best) { best = length(m); mp = $2; o = $4 } } \

@@ -148,3 +148,35 @@ async fn relayctl_over_ssh_lists_the_hosts_leases_and_relay_attach_never_creates
         "{lease}"
     );
 }
+
+/// A daemon killed with -9 (or a reboot) leaves its socket file behind. With no agent of this
+/// version installed either, relayctl says no agent runs and uploads nothing: the probe sees the
+/// daemon's lock is free, so the socket is a leftover.
+#[tokio::test(flavor = "multi_thread")]
+async fn relayctl_uploads_nothing_when_only_a_dead_daemons_socket_is_left() {
+    let host = SshHost::start().await.unwrap();
+    let dest = host.destination();
+    host.write_known_hosts().unwrap();
+    let session = Session::connect(&SshTransport::new(options(&host)), "ssh-tests")
+        .await
+        .unwrap();
+    drop(session);
+    let pid = host
+        .agent_daemon_pid()
+        .await
+        .unwrap()
+        .expect("the connection started a daemon");
+    host.exec_ok(&format!("kill -9 {pid}")).await.unwrap();
+    eventually_async("the daemon to be gone", || async {
+        host.agent_daemon_pid().await.unwrap().is_none()
+    })
+    .await;
+    host.exec_ok("rm -f ~/.relay/bin/*; test -S ~/.relay/run/agent.sock")
+        .await
+        .expect("the dead daemon's socket file is left");
+    let out = run_cli(&bins().relayctl, &host, &["--ssh", &dest, "status"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no agent running"), "{stderr}");
+    assert_eq!(remote_bin(&host).await, vec![], "nothing was uploaded");
+}
