@@ -94,21 +94,9 @@ pub fn ensure_image_for(suite: Suite) -> Result<FixtureFiles> {
     if let Some((_, files)) = done.iter().find(|(s, _)| *s == suite) {
         return Ok(files.clone());
     }
-    let script = repo_root().join("deploy/fixtures/build-images.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .args(["--suite", suite.name()])
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{} failed ({}): {}",
-            script.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    run_script("deploy/fixtures/build-images.sh", |cmd| {
+        cmd.args(["--suite", suite.name()]);
+    })?;
     let dir = fixture_dir();
     let read = |name: &str| -> Result<String> {
         let p = dir.join(name);
@@ -152,11 +140,23 @@ pub fn portable_agents() -> Result<PathBuf> {
         .and_then(Path::parent)
         .ok_or_else(|| anyhow!("{} has no grandparent directory", relay.display()))?
         .join("agents");
-    let script = repo_root().join("deploy/build-agents.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .env("RELAY_AGENTS_OUT", &dir)
-        .stdin(Stdio::null())
+    run_script("deploy/build-agents.sh", |cmd| {
+        cmd.env("RELAY_AGENTS_OUT", &dir);
+    })?;
+    *done = Some(dir.clone());
+    Ok(dir)
+}
+
+/// Runs the repository's bash script `relative` (set up by `setup`) to completion.
+///
+/// # Errors
+/// When it cannot start or fails; the error quotes its exit status and stderr.
+fn run_script(relative: &str, setup: impl FnOnce(&mut std::process::Command)) -> Result<()> {
+    let script = repo_root().join(relative);
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg(&script).stdin(Stdio::null());
+    setup(&mut cmd);
+    let out = cmd
         .output()
         .with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
@@ -167,6 +167,5 @@ pub fn portable_agents() -> Result<PathBuf> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    *done = Some(dir.clone());
-    Ok(dir)
+    Ok(())
 }
