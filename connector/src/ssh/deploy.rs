@@ -318,9 +318,15 @@ pub(crate) async fn ensure_agent(
     let mut refused = None;
     let mut chosen = None;
     for path in source.candidates(target)? {
-        let agent = LocalAgent::load(&path).await?;
-        match host_check::check(&probe.facts, agent.glibc, &path, target) {
-            Ok(()) => {
+        // An unreadable or broken candidate is skipped like one the host cannot run.
+        let checked = match LocalAgent::load(&path).await {
+            Ok(agent) => {
+                host_check::check(&probe.facts, agent.glibc, &path, target).map(|()| agent)
+            }
+            Err(e) => Err(e),
+        };
+        match checked {
+            Ok(agent) => {
                 if let Some(e) = &refused {
                     tracing::warn!(
                         "deploying {} instead: {e}; run deploy/build-agents.sh if it is out of date",

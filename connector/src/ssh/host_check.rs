@@ -184,16 +184,34 @@ pub fn check(
     }
 }
 
+/// The awk program that picks, from `/proc/self/mounts` lines, the mount in effect for the
+/// directory `d` (a physical path ending in `/`): the longest mount point that contains it, and of
+/// stacked mounts on the same point the last one (the one on top). Mount points with spaces are
+/// written `\040` there and decoded here. Prints `install-mount=<mount point> <options>`.
+macro_rules! mount_awk {
+    () => {
+        "BEGIN { best = -1 } { m = $2; gsub(/\\\\040/, \" \", m); p = m; \
+         if (p != \"/\") p = p \"/\"; \
+         if (index(d, p) == 1 && length(p) >= best) { best = length(p); mp = m; o = $4 } } \
+         END { if (best >= 0) print \"install-mount=\" mp \" \" o }"
+    };
+}
+
 /// Shell snippet for the probe: prints `libc=<what getconf or ldd said>` and, where
-/// `/proc/self/mounts` is readable, `install-mount=<mount point> <options>` for the longest
-/// mount point that contains `$HOME/.relay/bin` (resolved with `pwd -P`, since mount points
-/// are physical paths).
-pub(crate) const PROBE_SNIPPET: &str = "v=$(getconf GNU_LIBC_VERSION 2>/dev/null) || v=; \
+/// `/proc/self/mounts` is readable, `install-mount=<mount point> <options>` for the mount in
+/// effect where the agent will live: the deepest of `~/.relay/bin`, `~/.relay`, `~` that exists,
+/// resolved with `pwd -P` (mount points are physical paths; a symlinked `~/.relay` counts where
+/// it points).
+pub(crate) const PROBE_SNIPPET: &str = concat!(
+    "v=$(getconf GNU_LIBC_VERSION 2>/dev/null) || v=; \
      [ -n \"$v\" ] || v=$(ldd --version 2>&1 | head -n 1); echo \"libc=$v\"; \
-     if [ -r /proc/self/mounts ]; then d=$(cd \"$HOME\" 2>/dev/null && pwd -P); \
-     awk -v d=\"$d/.relay/bin/\" 'BEGIN { best = -1 } { m = $2; if (m != \"/\") m = m \"/\"; \
-     if (index(d, m) == 1 && length(m) > best) { best = length(m); mp = $2; o = $4 } } \
-     END { if (best >= 0) print \"install-mount=\" mp \" \" o }' /proc/self/mounts; fi";
+     if [ -r /proc/self/mounts ]; then d=; \
+     for c in \"$HOME/.relay/bin\" \"$HOME/.relay\" \"$HOME\"; do \
+     if [ -d \"$c\" ]; then d=$(cd \"$c\" 2>/dev/null && pwd -P) && break; fi; done; \
+     awk -v d=\"$d/\" '",
+    mount_awk!(),
+    "' /proc/self/mounts; fi"
+);
 
 /// Reads [`HostFacts`] from the probe's keyed lines (`libc=`, `install-mount=`).
 pub(crate) fn facts_from_probe<'a>(lines: impl Iterator<Item = &'a str>) -> HostFacts {
@@ -264,6 +282,45 @@ mod tests {
         assert_eq!(
             facts.install_mount,
             Some(("/home".into(), "rw,nosuid,noexec,relatime".into()))
+        );
+    }
+
+    /// The mount probe's awk program against a mounts table: the longest containing mount
+    /// point, the top one of stacked mounts, and a mount point with a space.
+    #[test]
+    fn the_mount_in_effect_is_found_in_a_mounts_table() {
+        let table = "/dev/root / ext4 rw,relatime 0 0\n\
+                     /dev/sdb /home ext4 rw,noexec 0 0\n\
+                     tmpfs /home tmpfs rw,nosuid 0 0\n\
+                     /dev/sdc /mnt/my\\040home ext4 rw,noexec 0 0\n\
+                     /dev/sdd /homely ext4 rw,noexec 0 0\n";
+        let dir = tempfile::tempdir().unwrap();
+        let mounts = dir.path().join("mounts");
+        std::fs::write(&mounts, table).unwrap();
+        let probe = |d: &str| {
+            let out = std::process::Command::new("awk")
+                .arg("-v")
+                .arg(format!("d={d}"))
+                .arg(mount_awk!())
+                .arg(&mounts)
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        assert_eq!(
+            probe("/home/u/.relay/bin/"),
+            "install-mount=/home rw,nosuid",
+            "the top of two stacked mounts"
+        );
+        assert_eq!(
+            probe("/mnt/my home/u/.relay/bin/"),
+            "install-mount=/mnt/my home rw,noexec"
+        );
+        assert_eq!(probe("/srv/u/"), "install-mount=/ rw,relatime");
+        let facts = facts_from_probe([probe("/mnt/my home/u/").as_str()].into_iter());
+        assert_eq!(
+            facts.install_mount,
+            Some(("/mnt/my home".to_string(), "rw,noexec".to_string()))
         );
     }
 
