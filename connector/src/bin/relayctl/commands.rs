@@ -95,7 +95,8 @@ fn no_agent(destination: &Destination) -> anyhow::Error {
              does)"
         ),
         Destination::Host(host) => anyhow::anyhow!(
-            "no agent running on {host} (relayctl never starts one; `relay shell {host}` does)"
+            "no agent running on {host} (relayctl never starts one; `relay shell {host}` with \
+             the same ssh options does)"
         ),
     }
 }
