@@ -481,8 +481,12 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_extension("journal.tmp")
 }
 
-/// Opens the journal for appending (mode 0600 when created); returns it and its length.
-fn open_append(path: &Path) -> io::Result<(File, u64)> {
+/// Opens `path` for appending (mode 0600 when created); returns it and its length in bytes.
+/// Used for the journal and the agent's log file.
+///
+/// # Errors
+/// As [`error`]: the operation, the path and the fix.
+pub(crate) fn open_append(path: &Path) -> io::Result<(File, u64)> {
     let file = OpenOptions::new()
         .create(true)
         .append(true)

@@ -17,9 +17,10 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::journal::open_append;
 
 /// Largest size of `agent.log` before it is rotated to `agent.log.1`, in bytes (2 MiB).
 pub const MAX_LOG_BYTES: u64 = 2 * 1024 * 1024;
@@ -162,17 +163,6 @@ pub fn rotated(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".1");
     path.with_file_name(name)
-}
-
-fn open_append(path: &Path) -> io::Result<(File, u64)> {
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))?;
-    let len = file.metadata()?.len();
-    Ok((file, len))
 }
 
 #[cfg(test)]
