@@ -119,13 +119,13 @@ pub async fn rule_a_a_45s_silent_partition_is_detected_and_healed_without_silent
         assert!(strictly_increasing(&lines), "every line once, in order");
         // Lines are only missing where the stream says so: with the agent's `screen`
         // capability by a snapshot of the screen (rule E: a gap is resolved by resnapshot).
+        // (A snapshot whose missed lines all fit in its scrollback leaves no line missing:
+        // rule E forbids a missing line without one, not the other way round.)
         let missing = lines.windows(2).any(|w| w[1] != w[0] + 1);
         assert!(c.gaps.is_empty(), "a snapshot, never a gap: {:?}", c.gaps);
-        assert_eq!(
-            missing,
-            !c.snapshots.is_empty(),
-            "snapshots at {:?}",
-            c.snapshots.iter().map(|s| s.0).collect::<Vec<_>>()
+        assert!(
+            !missing || !c.snapshots.is_empty(),
+            "lines are missing but no snapshot said so"
         );
     });
     idle.type_line("after");
