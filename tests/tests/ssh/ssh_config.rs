@@ -91,25 +91,34 @@ async fn proxy_command_carries_the_connection() {
     std::fs::write(&kh, format!("proxied.invalid {}\n", host.files().host_key)).unwrap();
     let config = host.home().join(".ssh/proxy_config");
     // The host name does not resolve: only the ProxyCommand can reach the host.
+    let hosts = format!(
+        "HostName proxied.invalid\n  UserKnownHostsFile {}",
+        kh.display()
+    );
+    let session = through_proxy(&host, &config, &hosts, "").await;
+    session.list_leases().await.unwrap();
+}
+
+/// Connects to `host` as alias `proxied` through a bash `ProxyCommand` (given `%h` as its `$0`)
+/// that runs `first` and then relays to the host's port; `lines` add to the `Host` block.
+async fn through_proxy(host: &SshHost, config: &Path, lines: &str, first: &str) -> Session {
     std::fs::write(
-        &config,
+        config,
         format!(
-            "Host proxied\n  HostName proxied.invalid\n  User relay\n  IdentityFile {}\n  \
-             IdentitiesOnly yes\n  UserKnownHostsFile {}\n  ProxyCommand bash -c 'exec \
-             3<>/dev/tcp/127.0.0.1/{}; cat <&3 & exec cat >&3' %h\n",
+            "Host proxied\n  {lines}\n  User relay\n  IdentityFile {}\n  IdentitiesOnly yes\n  \
+             ProxyCommand bash -c '{first}exec 3<>/dev/tcp/127.0.0.1/{}; cat <&3 & exec cat >&3' \
+             %h\n",
             host.key_path().display(),
-            kh.display(),
             host.port()
         ),
     )
     .unwrap();
-    let session = Session::connect(
-        &SshTransport::new(config_only("proxied", config)),
+    Session::connect(
+        &SshTransport::new(config_only("proxied", config.to_path_buf())),
         "ssh-tests",
     )
     .await
-    .unwrap();
-    session.list_leases().await.unwrap();
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -197,26 +206,10 @@ async fn proxy_command_substitutions_cannot_run_commands() {
     let marker = dir.join("configured");
     let seen = dir.join("seen");
     let hostname = format!("h$(>{})x", marker.display());
-    let config = dir.join("proxy_config");
-    std::fs::write(
-        &config,
-        format!(
-            "Host proxied\n  HostName {hostname}\n  User relay\n  IdentityFile {}\n  \
-             IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  \
-             ProxyCommand bash -c 'echo \"$0\" > {}; exec 3<>/dev/tcp/127.0.0.1/{}; cat <&3 & \
-             exec cat >&3' %h\n",
-            host.key_path().display(),
-            seen.display(),
-            host.port()
-        ),
-    )
-    .unwrap();
-    let session = Session::connect(
-        &SshTransport::new(config_only("proxied", config)),
-        "ssh-tests",
-    )
-    .await
-    .unwrap();
+    let lines =
+        format!("HostName {hostname}\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null");
+    let first = format!("echo \"$0\" > {}; ", seen.display());
+    let session = through_proxy(&host, &dir.join("proxy_config"), &lines, &first).await;
     session.list_leases().await.unwrap();
     assert_eq!(
         std::fs::read_to_string(&seen).unwrap().trim_end(),
