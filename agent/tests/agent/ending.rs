@@ -10,7 +10,31 @@ use relay_protocol::{EndReason, ErrorReply, LeaseState, Request, Response};
 
 use crate::policy::{end, row};
 use crate::restart::{signal_and_wait, Tmpfs};
-use crate::support::{alive, contains, pane, pids_with, spec, wait_until, Home, WAIT};
+use crate::support::{alive, contains, pane, pids_with_arg, spec, wait_until, Home, WAIT};
+
+/// A shell script whose background job ignores SIGHUP (so it outlives its shell's hang-up),
+/// and a way to find that job.
+///
+/// The job's command line is `sh -c 'sleep N; : TOKEN'` and only the job has that exact
+/// argument (the outer shell's argument merely contains it), so `pids` finds it only after the
+/// trap is set and the job exec'd: a test that waits for it never races the trap.
+struct StubbornJob {
+    script: String,
+    arg: String,
+}
+
+impl StubbornJob {
+    fn new(name: &str) -> StubbornJob {
+        let arg = format!("sleep 100001; : relay-{name}-{}", std::process::id());
+        let script = format!("(trap '' HUP; exec sh -c '{arg}') & echo started; wait");
+        StubbornJob { script, arg }
+    }
+
+    /// Live pids of the job (its `sh`; the `sleep` has another command line).
+    fn pids(&self) -> Vec<u32> {
+        pids_with_arg(&self.arg)
+    }
+}
 
 /// Kill-all acts on the snapshot it was given: a pane created after it is spared, a target
 /// that ended before is reported already gone, a protected one is refused with the way out.
@@ -69,12 +93,10 @@ fn an_end_leaves_nothing_behind_in_the_pty_session() {
     let home = Home::new();
     home.start_daemon();
     let mut c = home.client();
-    let token = format!("relay-sweep-{}", std::process::id());
-    let script =
-        format!("(trap '' HUP; exec sh -c 'sleep 100001; : {token}') & echo started; wait");
-    let b = c.create(&pane("sweep"), &["sh", "-c", &script]).binding;
-    assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
-    let stubborn = pids_with(&token);
+    let job = StubbornJob::new("sweep");
+    let b = c.create(&pane("sweep"), &["sh", "-c", &job.script]).binding;
+    assert!(wait_until(WAIT, || !job.pids().is_empty()));
+    let stubborn = job.pids();
     // A second end while the first is in progress shares its outcome (not "already gone":
     // the job still runs until the sweep).
     let first = c.send(Request::End(End {
@@ -106,12 +128,14 @@ fn an_end_leaves_nothing_behind_in_the_pty_session() {
     let detail = row(&mut c, b.pty).detail.unwrap_or_default();
     assert!(detail.contains("got SIGKILL"), "{detail}");
     // The plain Kill op does the same.
-    let b = c.create(&pane("sweep2"), &["sh", "-c", &script]).binding;
-    assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
+    let b = c
+        .create(&pane("sweep2"), &["sh", "-c", &job.script])
+        .binding;
+    assert!(wait_until(WAIT, || !job.pids().is_empty()));
     c.mutate(Request::Kill(Kill { binding: b.clone() }))
         .unwrap();
     assert!(
-        wait_until(WAIT, || pids_with(&token).is_empty()),
+        wait_until(WAIT, || job.pids().is_empty()),
         "swept after kill"
     );
 }
@@ -128,22 +152,20 @@ fn a_kill_interrupted_by_a_daemon_crash_is_finished_by_the_next_daemon() {
         ("RELAY_KILL_GRACE_MS", "30000"),
     ]);
     let mut c = home.client();
-    let token = format!("relay-half-killed-{}", std::process::id());
-    let script =
-        format!("(trap '' HUP; exec sh -c 'sleep 100003; : {token}') & echo started; wait");
-    let b = c.create(&pane("half"), &["sh", "-c", &script]).binding;
-    assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
+    let job = StubbornJob::new("half-killed");
+    let b = c.create(&pane("half"), &["sh", "-c", &job.script]).binding;
+    assert!(wait_until(WAIT, || !job.pids().is_empty()));
     c.mutate(Request::Kill(Kill { binding: b.clone() }))
         .unwrap();
     // The shell ended at once; the sweep of its session is due at the grace.
     assert!(wait_until(WAIT, || c.lease(b.pty).state == LeaseState::Ended));
-    assert!(!pids_with(&token).is_empty(), "not swept yet");
+    assert!(!job.pids().is_empty(), "not swept yet");
     let daemon = c.status().pid;
     drop(c);
     signal_and_wait(daemon, Signal::SIGKILL);
     home.start_daemon();
     let mut c = home.client();
-    assert!(pids_with(&token).is_empty(), "swept by the next daemon");
+    assert!(job.pids().is_empty(), "swept by the next daemon");
     assert_eq!(c.lease(b.pty).reason, Some(EndReason::Killed));
 }
 
@@ -153,20 +175,18 @@ fn a_kill_interrupted_by_a_daemon_crash_is_finished_by_the_next_daemon() {
 fn a_restart_ends_what_a_killed_daemon_left_in_a_session() {
     let home = Home::new();
     let (mut bridge, mut c) = home.bridge();
-    let token = format!("relay-orphan-job-{}", std::process::id());
-    let script =
-        format!("(trap '' HUP; exec sh -c 'sleep 100002; : {token}') & echo started; wait");
+    let job = StubbornJob::new("orphan-job");
     let b = c
-        .create(&pane("orphan-job"), &["sh", "-c", &script])
+        .create(&pane("orphan-job"), &["sh", "-c", &job.script])
         .binding;
-    assert!(wait_until(WAIT, || !pids_with(&token).is_empty()));
+    assert!(wait_until(WAIT, || !job.pids().is_empty()));
     let daemon = c.status().pid;
     drop(c);
     signal_and_wait(daemon, Signal::SIGKILL);
     let _ = bridge.wait();
     let (_bridge, mut c) = home.bridge();
     assert!(
-        pids_with(&token).is_empty(),
+        job.pids().is_empty(),
         "the job was ended before the daemon answered"
     );
     assert_eq!(c.lease(b.pty).state, LeaseState::Ended);

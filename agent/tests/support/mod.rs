@@ -506,6 +506,19 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Pids of live processes one of whose command-line arguments is exactly `arg`.
+pub fn pids_with_arg(arg: &str) -> Vec<u32> {
+    procs()
+        .into_iter()
+        .filter(|&pid| {
+            alive(pid)
+                && read_nul_list(&format!("/proc/{pid}/cmdline"))
+                    .iter()
+                    .any(|a| a == arg)
+        })
+        .collect()
+}
+
 /// Live child pids of `pid` (from /proc/<pid>/task/*/children).
 pub fn children(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
