@@ -171,8 +171,11 @@ mod tests {
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
         assert_eq!(work_of(child.id()), 1);
         child.kill().unwrap();
-        // Killed but not reaped yet: a zombie is no work to keep a shell for.
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        // Killed but not reaped yet (WNOWAIT waits until it is a zombie and leaves it one): a
+        // zombie is no work to keep a shell for.
+        use nix::sys::wait::{waitid, Id, WaitPidFlag};
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT).unwrap();
         assert_eq!(work_of(child.id()), 0);
         child.wait().unwrap();
         assert!(own_rss_bytes() > 1024 * 1024);

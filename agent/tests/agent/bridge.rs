@@ -103,15 +103,15 @@ fn bridge_starts_the_daemon_after_its_file_was_replaced() {
 
     // The copy, with the environment the test home gives the built binary.
     let template = home.command(&["bridge"]);
-    let mut bridge = Command::new(&exe)
+    let mut command = Command::new(&exe);
+    command
         .arg("bridge")
         .envs(template.get_envs().filter_map(|(k, v)| Some((k, v?))))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .unwrap();
+        .process_group(0);
+    let mut bridge = crate::support::spawn_fresh_file(&mut command);
     // Let it reach the lock, then replace its file by an identical copy (atomic rename).
     std::thread::sleep(std::time::Duration::from_millis(300));
     let fresh = bin_dir.join(".relay-agent.new");

@@ -91,19 +91,22 @@ fn kill_all_ends_exactly_its_snapshot_and_says_what_happened() {
 #[test]
 fn an_end_leaves_nothing_behind_in_the_pty_session() {
     let home = Home::new();
-    home.start_daemon();
+    home.start_daemon_with(&[("RELAY_EXIT_OUTPUT_GRACE_MS", "30000")]);
     let mut c = home.client();
     let job = StubbornJob::new("sweep");
     let b = c.create(&pane("sweep"), &["sh", "-c", &job.script]).binding;
     assert!(wait_until(WAIT, || !job.pids().is_empty()));
     let stubborn = job.pids();
+    let shell = c.lease(b.pty).pid.unwrap();
     // A second end while the first is in progress shares its outcome (not "already gone":
     // the job still runs until the sweep).
     let first = c.send(Request::End(End {
         targets: vec![b.clone()],
         when: EndWhen::Always,
     }));
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // In progress: the shell died of the SIGHUP, but the job holds the terminal, so the lease
+    // stays live (the exit output grace is long here) until the sweep at the kill grace (3 s).
+    assert!(wait_until(WAIT, || !alive(shell)), "the shell got SIGHUP");
     let mut other = home.client();
     let second = end(&mut other, vec![b.clone()], EndWhen::Always);
     let Response::EndReport(report) = c.reply(first) else {

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use relay_agent::log_limit::BURST;
 use relay_protocol::{LeaseState, Request, Response};
 
 use crate::restart::Tmpfs;
@@ -38,28 +39,37 @@ fn a_connect_close_flood_is_summarized_and_creates_keep_working_on_a_1_mib_home(
     };
     assert_eq!(c.lease(created.binding.pty).state, LeaseState::Detached);
 
-    // One summary when the 10 s window ends, counting what was not written.
+    // A summary when each 10 s window ends, counting what was not written (a flood slowed
+    // down by a loaded machine may span more than one window).
     assert!(
-        wait_until(Duration::from_secs(20), || home
-            .log()
-            .contains("more like this in the last 10 s")),
+        wait_until(Duration::from_secs(40), || summarized(&home.log()).0
+            >= 11_000),
         "{}",
         home.log()
     );
     let log = home.log();
-    let closing = log
+    let (_, summaries) = summarized(&log);
+    let written = log
         .lines()
-        .filter(|l| l.contains("closing connection"))
+        .filter(|l| l.contains("closing connection") && !l.contains("more like this"))
         .count();
-    assert!(closing <= 10, "{closing} closing lines:\n{log}");
-    let summary = log.lines().find(|l| l.contains("more like this")).unwrap();
-    let count: u64 = summary
-        .split("… ")
-        .nth(1)
-        .and_then(|s| s.split(' ').next())
-        .map(|n| n.replace(',', "").parse().unwrap())
-        .unwrap();
-    assert!(count >= 11_000, "{summary}");
+    assert!(
+        written <= BURST as usize * (summaries + 1),
+        "{written} closing lines in {summaries}+1 windows:\n{log}"
+    );
+}
+
+/// The lines the "closing connection" summaries say were not written, and how many summaries.
+fn summarized(log: &str) -> (u64, usize) {
+    let counts: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("closing connection: … "))
+        .filter_map(|l| {
+            let n = l.split("… ").nth(1)?.split(' ').next()?;
+            n.replace(',', "").parse().ok()
+        })
+        .collect();
+    (counts.iter().sum(), counts.len())
 }
 
 /// Regression (issue 10 §3, "truncated log lines on a full disk"): on a full disk the error of a

@@ -43,9 +43,24 @@ pub fn end(c: &mut Client, targets: Vec<Binding>, when: EndWhen) -> EndReport {
     }
 }
 
-/// The user's login shell (no explicit command), never typed into.
+/// The user's login shell (no explicit command), never typed into, detached once it sits at its
+/// prompt (printed something, no children left).
+///
+/// Its grace starts at that detach. Created detached, a login shell whose profile still ran
+/// programs when a short grace ran out (a loaded machine) would be found busy and looked at
+/// again only an hour later, and the test would hang on a premise, not on the policy.
 fn unused_shell(c: &mut Client, leaf: &str) -> Binding {
-    c.create(&pane(leaf), &[]).binding
+    let b = c.open(&pane(leaf), &[], None).unwrap().created.binding;
+    let pid = c.lease(b.pty).pid.unwrap();
+    assert!(
+        wait_until(WAIT, || c.lease(b.pty).bytes_out > 0
+            && children(pid).is_empty()),
+        "{b} reached its prompt"
+    );
+    c.mutate(Request::Detach(Detach { binding: b.clone() }))
+        .unwrap();
+    c.forget_output(b.pty);
+    b
 }
 
 fn ended_by_policy(c: &mut Client, b: &Binding, within: Duration) -> bool {

@@ -260,6 +260,16 @@ impl Client {
         }
     }
 
+    /// Drops the buffered output of `pty` (of a subscription this client detached from, so that
+    /// a later attach reads only its own).
+    pub fn forget_output(&mut self, pty: PtyId) {
+        self.pushes.retain(|p| match p {
+            Push::Output(o) => o.pty != pty,
+            Push::OutputGap(g) => g.pty != pty,
+            _ => true,
+        });
+    }
+
     /// Whether the agent closed the connection within `timeout` (nothing else may arrive).
     pub fn closed_within(&mut self, timeout: Duration) -> bool {
         match self.rx.recv_timeout(timeout) {
@@ -490,6 +500,23 @@ pub fn alive(pid: u32) -> bool {
             !matches!(state, Some('Z') | Some('X') | None)
         }
         Err(_) => false,
+    }
+}
+
+/// Spawns `command`, whose program file was just written by this process.
+///
+/// A test thread that forked while the file was open for writing holds that descriptor until
+/// its child execs, and exec fails with ETXTBSY meanwhile: try again briefly (20 × 50 ms).
+pub fn spawn_fresh_file(command: &mut Command) -> Child {
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) && tries < 20 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            spawned => return spawned.expect("spawn"),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! the socket accepts, nothing answers) must not trap `relay` or `relayctl`, and an agent that
 //! refuses input because the program is not reading only slows a paste down.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -187,7 +187,11 @@ fn relay_obeys_sigterm_while_its_stdout_is_not_read() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Let the pipe (64 KiB) and relay's own bound fill up.
+    // Output reaches stdout only after relay took over SIGTERM (a SIGTERM before that would
+    // end it by the default action, however loaded the machine).
+    let mut stdout = child.stdout.take().unwrap();
+    stdout.read_exact(&mut [0u8; 1]).unwrap();
+    // Let the pipe (64 KiB) and relay's own bound fill up; `stdout` stays open, unread.
     std::thread::sleep(Duration::from_secs(2));
     let started = Instant::now();
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();

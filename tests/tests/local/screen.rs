@@ -69,9 +69,13 @@ async fn a_reader_far_behind_gets_the_screen_back_exactly() {
     let left_at = seen.end;
     drop(first);
     session.input(&binding, b"go\n").await.unwrap();
-    wait_for_output(&session, &pane, 388_000).await;
-    // Output stops after the modes are set; let the model take in the last bytes.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Everything the script writes before `read leave` (a snapshot parses up to the ring's end):
+    // the marker line, the echo of "go", the alternate screen's marker, awk's counters
+    // (`ESC[24;1H` and "counter " are 15 bytes, then the digits) and the modes.
+    let counters: u64 = (1..=20000u64)
+        .map(|i| 15 + i.to_string().len() as u64)
+        .sum();
+    wait_for_output(&session, &pane, 16 + 4 + 25 + counters + 24).await;
 
     let mut back = session
         .attach_screen(pane.clone(), Some(binding.pty), Resume::From(left_at), 0)
