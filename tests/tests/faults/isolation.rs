@@ -54,13 +54,33 @@ impl Echo {
 
     /// The median of `n` round trips, `pause` apart.
     async fn median(&mut self, n: usize, pause: Duration) -> Duration {
+        self.median_spanning(n, pause, || true).await
+    }
+
+    /// The median of at least `n` round trips, `pause` apart, going on until `seen` has held for
+    /// 20 more (so the samples span that event however late a loaded machine makes it); at most
+    /// 60 s of them.
+    async fn median_spanning(
+        &mut self,
+        n: usize,
+        pause: Duration,
+        seen: impl Fn() -> bool,
+    ) -> Duration {
+        let limit = Instant::now() + Duration::from_secs(60);
         let mut samples = Vec::with_capacity(n);
-        for i in 0..n {
-            samples.push(self.round_trip(b'a' + (i % 26) as u8).await);
+        let mut seen_at = None;
+        while samples.len() < n || seen_at.is_none_or(|at| samples.len() < at + 20) {
+            if Instant::now() > limit {
+                break;
+            }
+            samples.push(self.round_trip(b'a' + (samples.len() % 26) as u8).await);
             tokio::time::sleep(pause).await;
+            if seen_at.is_none() && seen() {
+                seen_at = Some(samples.len());
+            }
         }
         samples.sort();
-        samples[n / 2]
+        samples[samples.len() / 2]
     }
 }
 
@@ -90,7 +110,11 @@ pub async fn rule_f_a_partitioned_host_leaves_another_hosts_echo_as_it_was() {
     let idle = echo.median(100, Duration::from_millis(20)).await;
     a.partition().await.unwrap();
     // Long enough to span the other host's detection and first retries.
-    let disturbed = echo.median(200, Duration::from_millis(50)).await;
+    let disturbed = echo
+        .median_spanning(200, Duration::from_millis(50), || {
+            !down.state().borrow().is_connected()
+        })
+        .await;
     assert!(
         !down.state().borrow().is_connected(),
         "the partitioned host noticed meanwhile"
