@@ -522,26 +522,22 @@ pub fn spawn_fresh_file(command: &mut Command) -> Child {
 
 /// Pids of live processes whose command line contains `needle`.
 pub fn pids_with(needle: &str) -> Vec<u32> {
-    procs()
-        .into_iter()
-        .filter(|&pid| {
-            alive(pid)
-                && read_nul_list(&format!("/proc/{pid}/cmdline"))
-                    .iter()
-                    .any(|a| a.contains(needle))
-        })
-        .collect()
+    pids_where(|arg| arg.contains(needle))
 }
 
 /// Pids of live processes one of whose command-line arguments is exactly `arg`.
 pub fn pids_with_arg(arg: &str) -> Vec<u32> {
+    pids_where(|a| a == arg)
+}
+
+fn pids_where(matches: impl Fn(&str) -> bool) -> Vec<u32> {
     procs()
         .into_iter()
         .filter(|&pid| {
             alive(pid)
                 && read_nul_list(&format!("/proc/{pid}/cmdline"))
                     .iter()
-                    .any(|a| a == arg)
+                    .any(|a| matches(a))
         })
         .collect()
 }
