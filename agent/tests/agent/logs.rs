@@ -19,13 +19,9 @@ use crate::support::{pane, spec, wait_until, Home};
 /// Needs root to mount a small tmpfs as the home; otherwise it checks nothing and says so.
 #[test]
 fn a_connect_close_flood_is_summarized_and_creates_keep_working_on_a_1_mib_home() {
-    let home = Home::new();
-    let Some(_tmpfs) = Tmpfs::mount(home.path(), "1m") else {
-        eprintln!("SKIPPED a_connect_close_flood: needs root and a mountable tmpfs");
+    let Some((home, _tmpfs)) = daemon_on_a_1_mib_home("a_connect_close_flood") else {
         return;
     };
-    std::fs::create_dir(home.path().join("home")).unwrap();
-    home.start_daemon_with(&[("RELAY_LOG", "info")]);
     for _ in 0..12_000 {
         drop(UnixStream::connect(home.socket()).unwrap());
     }
@@ -80,13 +76,9 @@ fn summarized(log: &str) -> (u64, usize) {
 /// Needs root to mount a small tmpfs as the home; otherwise it checks nothing and says so.
 #[test]
 fn on_a_full_disk_the_create_error_is_logged_whole_or_counted_never_cut() {
-    let home = Home::new();
-    let Some(_tmpfs) = Tmpfs::mount(home.path(), "1m") else {
-        eprintln!("SKIPPED on_a_full_disk: needs root and a mountable tmpfs");
+    let Some((home, _tmpfs)) = daemon_on_a_1_mib_home("on_a_full_disk") else {
         return;
     };
-    std::fs::create_dir(home.path().join("home")).unwrap();
-    home.start_daemon_with(&[("RELAY_LOG", "info")]);
     let mut c = home.client();
     let filler = home.path().join("filler");
     let mut f = std::fs::File::create(&filler).unwrap();
@@ -121,4 +113,17 @@ fn on_a_full_disk_the_create_error_is_logged_whole_or_counted_never_cut() {
                     .any(|l| line.contains(l)));
         assert!(whole, "cut line in agent.log: {line:?}\n{log}");
     }
+}
+
+/// A daemon (logging at info) whose home is a fresh 1 MiB tmpfs; `None`, saying the test was
+/// skipped, without root or a mountable tmpfs.
+fn daemon_on_a_1_mib_home(test: &str) -> Option<(Home, Tmpfs)> {
+    let home = Home::new();
+    let Some(tmpfs) = Tmpfs::mount(home.path(), "1m") else {
+        eprintln!("SKIPPED {test}: needs root and a mountable tmpfs");
+        return None;
+    };
+    std::fs::create_dir(home.path().join("home")).unwrap();
+    home.start_daemon_with(&[("RELAY_LOG", "info")]);
+    Some((home, tmpfs))
 }

@@ -69,15 +69,16 @@ impl Echo {
         let limit = Instant::now() + Duration::from_secs(60);
         let mut samples = Vec::with_capacity(n);
         let mut seen_at = None;
-        while samples.len() < n || seen_at.is_none_or(|at| samples.len() < at + 20) {
-            if Instant::now() > limit {
+        loop {
+            if seen_at.is_none() && seen() {
+                seen_at = Some(samples.len());
+            }
+            let enough = samples.len() >= n && seen_at.is_some_and(|at| samples.len() >= at + 20);
+            if enough || Instant::now() > limit {
                 break;
             }
             samples.push(self.round_trip(b'a' + (samples.len() % 26) as u8).await);
             tokio::time::sleep(pause).await;
-            if seen_at.is_none() && seen() {
-                seen_at = Some(samples.len());
-            }
         }
         samples.sort();
         samples[samples.len() / 2]
