@@ -33,7 +33,7 @@ pub enum Applied {
     },
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Entry {
     writer: u64,
     /// Last seq applied for this writer.
@@ -43,7 +43,8 @@ struct Entry {
 }
 
 /// The last applied seq of each writer of one PTY, bounded to [`MAX_WRITERS`] writers.
-#[derive(Debug, Default)]
+/// Serializable so a live upgrade hands it to the new daemon ([`crate::handover`]).
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WriterTable {
     entries: Vec<Entry>,
     /// Counts requests; orders the entries by recency for eviction.

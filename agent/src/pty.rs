@@ -1,6 +1,10 @@
 //! One PTY and its process: spawning, the reader and waiter threads, input, resize, signals, kill.
 //!
-//! Threads per PTY (portable-pty reads and waits block):
+//! A PTY is its master descriptor plus its child's pid ([`pty_io`] does the raw operations), so
+//! one path serves a PTY spawned here and one handed over by the daemon this one replaced
+//! ([`Pty::assemble`], [`crate::handover`]).
+//!
+//! Threads per PTY (reads and waits block):
 //! - **reader**: always drains the PTY into the replay [`Ring`] and publishes the new end offset
 //!   on a `watch` channel ([`Progress`]); it never waits for a client (rule F).
 //! - **writer**: owns the PTY writer for the PTY's whole life (dropping it would type `^D`) and
@@ -13,21 +17,22 @@
 //! only if the child has not been reaped, so the pid (and its process group, whose leader it is)
 //! still belongs to our child. `waitpid(-1)` is never used.
 
-use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
-use portable_pty::{native_pty_system, Child, MasterPty, PtySize};
+use portable_pty::{native_pty_system, PtySize};
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, TermSize};
 use tokio::sync::watch;
 
 use crate::counters::CounterNote;
 use crate::input_seq::{Applied, WriterTable};
+use crate::pty_io;
 use crate::ring::Ring;
 use crate::screen::{worker, PtyScreen, ScreenFeed};
 use crate::shell;
@@ -61,7 +66,8 @@ pub struct Progress {
 pub struct Pty {
     binding: Binding,
     pid: u32,
-    master: Mutex<Box<dyn MasterPty + Send>>,
+    /// The PTY's master side (the reader and writer threads use duplicates of it).
+    master: OwnedFd,
     input: mpsc::Sender<Vec<u8>>,
     pending_input: Arc<AtomicUsize>,
     /// Last `InputSeq` seq applied per writer; its lock also covers the enqueue of that input.
@@ -86,16 +92,46 @@ pub struct Pty {
     screen: Option<ScreenFeed>,
     /// Output counters changed since they were journaled (see [`crate::counters`]).
     counters: Arc<CounterNote>,
+    /// The reader thread; it returns its end-of-output sender when it was stopped for a
+    /// handover (`None` once output ended).
+    reader: Mutex<Option<JoinHandle<Option<mpsc::Sender<()>>>>>,
+    /// A stopped reader's end-of-output sender, kept to start it again ([`Pty::restart_reader`]).
+    parked_eof: Mutex<Option<mpsc::Sender<()>>>,
 }
 
-/// A freshly spawned PTY whose waiter is not started yet (the daemon first records the lease).
+/// A PTY whose waiter is not started yet (the daemon first records the lease).
 pub struct Spawned {
     /// The PTY.
     pub pty: Arc<Pty>,
     /// Recorded command line.
     pub command: Vec<String>,
-    child: Box<dyn Child + Send + Sync>,
     eof: mpsc::Receiver<()>,
+}
+
+/// What makes a running PTY: a fresh spawn's, or what a handover carried across `execve`.
+pub struct PtyParts {
+    /// The binding it serves.
+    pub binding: Binding,
+    /// The child's pid (our own child).
+    pub pid: u32,
+    /// The master side.
+    pub master: OwnedFd,
+    /// Current size.
+    pub size: TermSize,
+    /// The replay ring, holding output up to its end offset.
+    pub ring: Ring,
+    /// The terminal model, fed up to the ring's end; `None` with the model off.
+    pub screen: Option<PtyScreen>,
+    /// The child's start time (clock ticks since boot).
+    pub start_ticks: Option<u64>,
+    /// Last output time, ms since the Unix epoch; 0 = never.
+    pub last_output_ms: u64,
+    /// Last input time, ms since the Unix epoch; 0 = never.
+    pub last_input_ms: u64,
+    /// Replaced by a newer PTY for its pane.
+    pub superseded: bool,
+    /// Last `InputSeq` seq applied per writer.
+    pub input_seq: WriterTable,
 }
 
 impl Pty {
@@ -137,53 +173,107 @@ impl Pty {
         })?;
         // The slave must go now, or the reader never sees EOF.
         drop(pair.slave);
-        let master = pair.master;
         let pid = child.process_id().unwrap_or(0);
-        let reader = master.try_clone_reader();
-        let writer = master.take_writer();
-        let (reader, writer) = match (reader, writer) {
-            (Ok(r), Ok(w)) => (r, w),
-            (Err(e), _) | (_, Err(e)) => {
+        // Only the descriptor is kept: the child is waited for by pid (`pty_io::reap`), and
+        // portable-pty's writer is never taken (dropping it would type `^D`).
+        drop(child);
+        // Safety: the descriptor is open while `pair.master` lives; it is duplicated here.
+        let dup = pair
+            .master
+            .as_raw_fd()
+            .map(|fd| unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned());
+        let master = match dup {
+            Some(Ok(fd)) => fd,
+            other => {
                 // Do not leave a shell without its PTY plumbing behind.
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                let mut child = child;
-                let _ = child.wait();
-                return Err(failed("could not open the PTY's reader/writer", e));
+                let _ = pty_io::reap(pid);
+                let why = match other {
+                    Some(Err(e)) => anyhow::Error::from(e),
+                    _ => anyhow::anyhow!("portable-pty gave no descriptor"),
+                };
+                return Err(failed("could not keep the PTY's master", why));
             }
         };
+        let screen = scrollback.map(|lines| PtyScreen::new(binding.pty, size, lines));
+        let parts = PtyParts {
+            binding,
+            pid,
+            master,
+            size,
+            ring: Ring::new(ring_bytes),
+            screen,
+            start_ticks: crate::procfs::stat(pid).map(|st| st.start_ticks),
+            last_output_ms: 0,
+            last_input_ms: 0,
+            superseded: false,
+            input_seq: WriterTable::new(),
+        };
+        let mut spawned = Pty::assemble(parts, counters).map_err(|e| {
+            let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            let _ = pty_io::reap(pid);
+            failed("could not start the PTY's reader/writer", e.into())
+        })?;
+        spawned.command = prepared.command;
+        Ok(spawned)
+    }
+
+    /// Starts the reader and writer threads of a PTY made of `parts` (a fresh spawn, or one
+    /// handed over: the reader continues at the ring's end offset). The waiter is started by
+    /// [`Spawned::start_waiter`] once the lease is recorded.
+    ///
+    /// # Errors
+    /// Duplicating the master descriptor for the threads failed (out of descriptors).
+    pub fn assemble(parts: PtyParts, counters: Arc<CounterNote>) -> std::io::Result<Spawned> {
+        let PtyParts {
+            binding,
+            pid,
+            master,
+            size,
+            ring,
+            screen,
+            start_ticks,
+            last_output_ms,
+            last_input_ms,
+            superseded,
+            input_seq,
+        } = parts;
+        let writer = master.try_clone()?;
         let (input, input_rx) = mpsc::channel::<Vec<u8>>();
         let (eof_tx, eof) = mpsc::channel::<()>();
-        let ring = Arc::new(Mutex::new(Ring::new(ring_bytes)));
-        let screen = scrollback.map(|lines| ScreenFeed {
-            screen: Arc::new(PtyScreen::new(binding.pty, size, lines)),
+        let ring = Arc::new(Mutex::new(ring));
+        let screen = screen.map(|screen| ScreenFeed {
+            screen: Arc::new(screen),
             ring: Arc::clone(&ring),
         });
+        let end = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
         let pty = Arc::new(Pty {
             binding,
             pid,
-            master: Mutex::new(master),
+            master,
             input,
             pending_input: Arc::new(AtomicUsize::new(0)),
-            input_seq: Mutex::new(WriterTable::new()),
+            input_seq: Mutex::new(input_seq),
             ring,
-            progress: watch::Sender::new(Progress::default()),
+            progress: watch::Sender::new(Progress { end, exit: None }),
             reaped: Arc::new(Mutex::new(false)),
-            last_output_ms: Arc::new(AtomicU64::new(0)),
-            last_input_ms: AtomicU64::new(0),
-            start_ticks: crate::procfs::stat(pid).map(|st| st.start_ticks),
-            superseded: AtomicBool::new(false),
+            last_output_ms: Arc::new(AtomicU64::new(last_output_ms)),
+            last_input_ms: AtomicU64::new(last_input_ms),
+            start_ticks,
+            superseded: AtomicBool::new(superseded),
             killing: AtomicBool::new(false),
             kill_outcome: watch::Sender::new(None),
             size: Mutex::new(size),
             screen,
             counters,
+            reader: Mutex::new(None),
+            parked_eof: Mutex::new(None),
         });
-        pty.start_reader(reader, eof_tx);
+        pty.start_reader(eof_tx)?;
         pty.start_writer(writer, input_rx);
         Ok(Spawned {
             pty,
-            command: prepared.command,
-            child,
+            command: Vec::new(),
             eof,
         })
     }
@@ -241,6 +331,11 @@ impl Pty {
     /// Whether a newer PTY replaced this one for its pane.
     pub fn is_superseded(&self) -> bool {
         self.superseded.load(Ordering::Acquire)
+    }
+
+    /// Whether an end was started ([`Pty::kill`]).
+    pub fn is_ending(&self) -> bool {
+        self.killing.load(Ordering::Acquire)
     }
 
     /// Marks this PTY superseded (its process keeps running).
@@ -311,12 +406,9 @@ impl Pty {
             });
         }
         crate::limits::check_size(size)?;
-        let master = self.master.lock().unwrap_or_else(|p| p.into_inner());
-        master
-            .resize(pty_size(size))
-            .map_err(|e| ErrorReply::Internal {
-                message: format!("resize of {} failed: {e:#}", self.binding),
-            })?;
+        pty_io::set_size(self.master.as_fd(), size).map_err(|e| ErrorReply::Internal {
+            message: format!("resize of {} failed: {e}", self.binding),
+        })?;
         *self.size.lock().unwrap_or_else(|p| p.into_inner()) = size;
         if let Some(feed) = &self.screen {
             feed.screen.resize(&feed.ring, size);
@@ -335,8 +427,7 @@ impl Pty {
         if *reaped {
             return Ok(());
         }
-        let master = self.master.lock().unwrap_or_else(|p| p.into_inner());
-        let group = master.process_group_leader().unwrap_or(self.pid as i32);
+        let group = pty_io::foreground_group(self.master.as_fd()).unwrap_or(self.pid as i32);
         let _ = killpg(Pid::from_raw(group), sig);
         Ok(())
     }
@@ -360,7 +451,8 @@ impl Pty {
         });
     }
 
-    fn start_reader(&self, mut reader: Box<dyn Read + Send>, eof: mpsc::Sender<()>) {
+    fn start_reader(&self, eof: mpsc::Sender<()>) -> std::io::Result<()> {
+        let master = self.master.try_clone()?;
         let ring = Arc::clone(&self.ring);
         let progress = self.progress.clone();
         let last = Arc::clone(&self.last_output_ms);
@@ -368,15 +460,18 @@ impl Pty {
         let counters = Arc::clone(&self.counters);
         let name = format!("relay-read-{}", self.binding.pty.counter);
         let spawned = thread::Builder::new().name(name).spawn(move || {
-            let _eof = eof; // Dropped on return: tells the waiter that output is finished.
+            // Dropped on return at the end of output: tells the waiter that output is finished.
+            // Handed back when stopped for a handover.
+            let eof = eof;
             let mut buf = vec![0u8; 64 * 1024];
             // This thread is the ring's only writer: it knows the end without locking.
-            let capacity = ring.lock().unwrap_or_else(|p| p.into_inner()).capacity();
-            let mut end = 0u64;
+            let (capacity, mut end) = {
+                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                (ring.capacity(), ring.end())
+            };
             loop {
-                match reader.read(&mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => {
+                match pty_io::read(master.as_fd(), &mut buf) {
+                    Ok(pty_io::Read::Data(n)) => {
                         if let Some(feed) = &screen {
                             feed.screen.before_append(&ring, end, capacity, n);
                         }
@@ -392,29 +487,101 @@ impl Pty {
                             worker::request_catch_up(feed);
                         }
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => return,
+                    Ok(pty_io::Read::Stopped) => return Some(eof),
+                    Ok(pty_io::Read::Eof) | Err(_) => return None,
                 }
             }
-        });
-        if let Err(e) = spawned {
-            tracing::error!("could not start a PTY reader thread: {e}");
-        }
+        })?;
+        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(spawned);
+        Ok(())
     }
 
-    fn start_writer(&self, mut writer: Box<dyn Write + Send>, input: mpsc::Receiver<Vec<u8>>) {
+    fn start_writer(&self, writer: OwnedFd, input: mpsc::Receiver<Vec<u8>>) {
         let pending = Arc::clone(&self.pending_input);
         let name = format!("relay-write-{}", self.binding.pty.counter);
         let spawned = thread::Builder::new().name(name).spawn(move || {
-            // Ends when the Pty (holding the sender) is dropped; only then is the writer dropped.
+            // Ends when the Pty (holding the sender) is dropped.
             for data in input {
                 // A failed write means the PTY is gone; keep draining so accounting stays right.
-                let _ = writer.write_all(&data).and_then(|()| writer.flush());
+                let _ = pty_io::write_all(writer.as_fd(), &data);
                 pending.fetch_sub(data.len(), Ordering::AcqRel);
             }
         });
         if let Err(e) = spawned {
             tracing::error!("could not start a PTY writer thread: {e}");
+        }
+    }
+
+    /// Bytes of input queued and not yet written to the PTY.
+    pub fn pending_input(&self) -> usize {
+        self.pending_input.load(Ordering::Acquire)
+    }
+
+    /// The master descriptor (to hand across `execve`).
+    pub fn master(&self) -> BorrowedFd<'_> {
+        self.master.as_fd()
+    }
+
+    /// Holds off reaping: the guard of the reap lock while the child is not reaped yet (its pid
+    /// is still ours), `None` once it was reaped.
+    pub fn hold_unreaped(&self) -> Option<MutexGuard<'_, bool>> {
+        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        (!*reaped).then_some(reaped)
+    }
+
+    /// Waits for the reader thread to return after [`pty_io::stop_readers`]. Returns whether
+    /// output can still come (`false`: the reader had seen the end of output).
+    pub fn join_reader(&self) -> bool {
+        let handle = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let eof = handle.and_then(|h| h.join().ok().flatten());
+        let running = eof.is_some();
+        *self.parked_eof.lock().unwrap_or_else(|p| p.into_inner()) = eof;
+        running
+    }
+
+    /// Starts the reader again after [`Pty::join_reader`] (a handover that did not happen).
+    pub fn restart_reader(&self) {
+        let eof = self
+            .parked_eof
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(eof) = eof {
+            if let Err(e) = self.start_reader(eof) {
+                tracing::error!(binding = %self.binding, "could not restart the PTY reader: {e}");
+            }
+        }
+    }
+
+    /// What a handover carries of this PTY besides its lease (readers stopped: the ring is
+    /// final). Copies the ring and renders the model's snapshot.
+    pub fn parts_for_handover(&self) -> crate::handover::HandedPty {
+        let (ring_start, ring_capacity, ring_bytes) = {
+            let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+            (ring.start(), ring.capacity() as u64, ring.to_vec())
+        };
+        let screen = self
+            .screen
+            .as_ref()
+            .map(|feed| feed.screen.for_handover(&feed.ring));
+        crate::handover::HandedPty {
+            binding: self.binding.clone(),
+            pid: self.pid,
+            master_fd: std::os::fd::AsRawFd::as_raw_fd(&self.master),
+            size: self.size(),
+            ring_start,
+            ring_capacity,
+            ring: ring_bytes,
+            screen,
+            start_ticks: self.start_ticks,
+            last_output_ms: self.last_output_ms.load(Ordering::Relaxed),
+            last_input_ms: self.last_input_ms.load(Ordering::Relaxed),
+            superseded: self.is_superseded(),
+            input_seq: self
+                .input_seq
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
     }
 }
@@ -427,12 +594,7 @@ impl Spawned {
         output_grace: Duration,
         on_exit: impl FnOnce(ExitStatus) + Send + 'static,
     ) {
-        let Spawned {
-            pty,
-            mut child,
-            eof,
-            ..
-        } = self;
+        let Spawned { pty, eof, .. } = self;
         let name = format!("relay-wait-{}", pty.binding.pty.counter);
         let spawned = thread::Builder::new().name(name).spawn(move || {
             let pid = Pid::from_raw(pty.pid as i32);
@@ -442,15 +604,12 @@ impl Spawned {
             {}
             let status = {
                 let mut reaped = pty.reaped.lock().unwrap_or_else(|p| p.into_inner());
-                let status = child.wait();
+                let status = pty_io::reap(pty.pid);
                 *reaped = true;
                 status
             };
             let status = match status {
-                Ok(s) => ExitStatus {
-                    code: s.exit_code(),
-                    signal: s.signal().map(str::to_string),
-                },
+                Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(binding = %pty.binding, "could not read the exit status: {e}");
                     ExitStatus {

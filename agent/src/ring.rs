@@ -51,6 +51,24 @@ impl Ring {
         }
     }
 
+    /// A ring of `capacity` bytes holding `bytes` from absolute offset `start` (what a
+    /// handover carried); bytes beyond the capacity are dropped from the front.
+    pub fn resume(capacity: usize, start: u64, bytes: &[u8]) -> Self {
+        let mut ring = Ring {
+            buf: VecDeque::new(),
+            capacity: capacity.max(1),
+            start,
+        };
+        ring.append(bytes);
+        ring
+    }
+
+    /// A copy of the held bytes, oldest first.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let (a, b) = self.buf.as_slices();
+        [a, b].concat()
+    }
+
     /// Offset of the oldest byte still held.
     pub fn start(&self) -> u64 {
         self.start
