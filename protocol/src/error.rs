@@ -116,4 +116,12 @@ pub enum ErrorReply {
         /// What failed.
         message: String,
     },
+    // New kinds go last: the variant index is the wire's tag.
+    /// A live upgrade was refused before anything was handed over (protocol 1.5); the daemon
+    /// keeps serving with its current code.
+    #[error("upgrade refused: {message}")]
+    UpgradeRefused {
+        /// Why, and what to do.
+        message: String,
+    },
 }

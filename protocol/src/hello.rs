@@ -22,8 +22,10 @@ pub const PROTOCOL_MAJOR: u16 = 1;
 /// (capability [`Capability::OPEN`]); 1.2 added `InputSeq`, input applied at most once across
 /// reconnects (capability [`Capability::INPUT_SEQ`]); 1.3 added `AttachScreen`/`OpenScreen`,
 /// snapshots and typed events (capability [`Capability::SCREEN`]); 1.4 added the lifecycle ops
-/// `SetPolicy`, `Inspect`, `End`, `Replace`, `Forget` (capability [`Capability::LIFECYCLE`]).
-pub const PROTOCOL_MINOR: u16 = 4;
+/// `SetPolicy`, `Inspect`, `End`, `Replace`, `Forget` (capability [`Capability::LIFECYCLE`]);
+/// 1.5 added live upgrade, `UpgradeInfo`/`Upgrade` and `ErrorReply::UpgradeRefused`
+/// (capability [`Capability::UPGRADE`]).
+pub const PROTOCOL_MINOR: u16 = 5;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -52,6 +54,8 @@ impl Capability {
     /// policy per connection, exact ends with per-target outcomes, supersede, history pruning
     /// (protocol 1.4).
     pub const LIFECYCLE: &'static str = "lifecycle";
+    /// Live upgrade: `UpgradeInfo`, `Upgrade` (protocol 1.5).
+    pub const UPGRADE: &'static str = "upgrade";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
@@ -64,6 +68,7 @@ impl Capability {
             Self::INPUT_SEQ,
             Self::SCREEN,
             Self::LIFECYCLE,
+            Self::UPGRADE,
         ]
         .into_iter()
         .map(|c| Capability(c.to_string()))

@@ -92,9 +92,10 @@ fn error_kind(e: &ErrorReply) -> usize {
         ErrorReply::SpawnFailed { .. } => 6,
         ErrorReply::Incompatible { .. } => 7,
         ErrorReply::Internal { .. } => 8,
+        ErrorReply::UpgradeRefused { .. } => 9,
     }
 }
-const ERROR_KINDS: usize = 9;
+const ERROR_KINDS: usize = 10;
 
 fn end_reason(r: &EndReason) -> usize {
     match r {
@@ -279,6 +280,23 @@ fn screen_is_advertised_from_minor_3() {
         (0x801E, Op::ScreenOpened),
         (0x4004, Op::Snapshot),
         (0x4005, Op::Event),
+    ] {
+        assert_eq!(Op::from_code(code), Some(op));
+    }
+}
+
+#[test]
+fn upgrade_is_advertised_from_minor_5() {
+    use relay_protocol::{Capability, PROTOCOL_MINOR};
+    // Live upgrade and `ErrorReply::UpgradeRefused` came with protocol 1.5, gated by "upgrade".
+    const { assert!(PROTOCOL_MINOR >= 5, "Upgrade needs minor 5") };
+    assert_eq!(Capability::UPGRADE, "upgrade");
+    assert!(Capability::all().contains(&Capability(Capability::UPGRADE.into())));
+    for (code, op) in [
+        (0x0024, Op::UpgradeInfo),
+        (0x0025, Op::Upgrade),
+        (0x8024, Op::UpgradeReport),
+        (0x8025, Op::UpgradeStarted),
     ] {
         assert_eq!(Op::from_code(code), Some(op));
     }

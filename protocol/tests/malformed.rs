@@ -273,11 +273,11 @@ fn known_op_with_corrupt_body_is_a_body_error() {
             .unwrap(),
             postcard::Error::DeserializeBadVarint,
         ),
-        // Error: kind 9 does not exist (9 kinds, 0..=8).
+        // Error: kind 10 does not exist (10 kinds, 0..=9).
         (
             "unknown error kind",
             Op::Error,
-            vec![0x09],
+            vec![0x0a],
             postcard::Error::SerdeDeCustom,
         ),
         // Exited: binding, exit status, then EndReason 5 (5 reasons, 0..=4).

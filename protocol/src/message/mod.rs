@@ -18,8 +18,10 @@ use crate::hello::{Hello, Welcome};
 
 mod bodies;
 mod lifecycle;
+mod upgrade;
 pub use bodies::*;
 pub use lifecycle::*;
+pub use upgrade::*;
 
 macro_rules! ops {
     ($( $variant:ident = $code:literal ),* $(,)?) => {
@@ -68,6 +70,8 @@ ops! {
     End = 0x0021,
     Replace = 0x0022,
     Forget = 0x0023,
+    UpgradeInfo = 0x0024,
+    Upgrade = 0x0025,
     Done = 0x8000,
     Welcome = 0x8001,
     Pong = 0x8002,
@@ -81,6 +85,8 @@ ops! {
     Inspected = 0x8020,
     EndReport = 0x8021,
     Forgot = 0x8023,
+    UpgradeReport = 0x8024,
+    UpgradeStarted = 0x8025,
     Output = 0x4001,
     OutputGap = 0x4002,
     Exited = 0x4003,
@@ -150,6 +156,8 @@ message_enum! {
         End(End),
         Replace(Replace),
         Forget(Forget),
+        UpgradeInfo(UpgradeInfo),
+        Upgrade(Upgrade),
     }
 }
 
@@ -169,6 +177,8 @@ message_enum! {
         Inspected(Inspected),
         EndReport(EndReport),
         Forgot(Forgot),
+        UpgradeReport(UpgradeReport),
+        UpgradeStarted(UpgradeStarted),
         Error(ErrorReply),
     }
 }

@@ -14,6 +14,7 @@ mod errors;
 mod lifecycle;
 mod pushes;
 mod responses;
+mod upgrade;
 
 use relay_protocol::message::{
     Ack, Attach, AttachScreen, Attached, Create, Created, Detach, Done, Event, Exited, Input,
@@ -409,6 +410,7 @@ pub fn cases() -> Vec<Golden> {
     .chain(responses::response_cases())
     .chain(errors::error_cases())
     .chain(lifecycle::lifecycle_cases())
+    .chain(upgrade::upgrade_cases())
     .chain(pushes::push_cases())
     .collect()
 }
