@@ -18,11 +18,17 @@
 //! be reattached once its daemon is gone (the master side closes), so ending them is explicit and
 //! bounded. After a SIGKILL of the daemon nothing is recorded; the next incarnation ends any PTY
 //! process still running (see [`crate::orphan`]) and reports those leases the same way.
+//!
+//! Live upgrade (`Upgrade` request, [`crate::handover`]): the serve loop stops accepting, closes
+//! connections, and hands the PTYs to the new binary by `execve` in this same process; the new
+//! code starts in [`resume`] with the listening socket, the lock and the PTYs it was given. If
+//! the handover does not happen, the loop serves again.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -31,11 +37,13 @@ use nix::fcntl::{Flock, FlockArg, OFlag};
 use nix::sys::signal::{signal, SigHandler, Signal};
 use nix::unistd::{fork, pipe2, setsid, ForkResult};
 use tokio::net::UnixListener;
-use tokio::signal::unix::{signal as tokio_signal, SignalKind};
+use tokio::signal::unix::{signal as tokio_signal, Signal as TokioSignal, SignalKind};
 
 use crate::config::Config;
+use crate::handover::{self, probe};
 use crate::paths::{annotate, Paths};
-use crate::state::State;
+use crate::pty_io::set_cloexec;
+use crate::state::{DaemonFds, State};
 use crate::{logging, server};
 
 /// Runs the daemon (see the module docs). Returns the process exit code.
@@ -155,7 +163,7 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
             .enable_all()
             .thread_name("relay-agent")
             .build()?;
-        let result = rt.block_on(serve(paths, config, &mut ready));
+        let result = rt.block_on(serve(paths, config, &mut ready, _lock.as_raw_fd()));
         rt.shutdown_timeout(std::time::Duration::from_secs(1));
         result
     })();
@@ -166,12 +174,16 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
     result
 }
 
-async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> anyhow::Result<()> {
+async fn serve(
+    paths: &Paths,
+    config: Config,
+    ready: &mut Option<OwnedFd>,
+    lock_fd: RawFd,
+) -> anyhow::Result<()> {
     // Before anything that others can observe (the socket): a SIGTERM sent as soon as the socket
     // answers must reach the orderly shutdown, not the default action.
-    let mut term = tokio_signal(SignalKind::terminate())?;
-    let mut int = tokio_signal(SignalKind::interrupt())?;
-    let grace = config.kill_grace;
+    let term = tokio_signal(SignalKind::terminate())?;
+    let int = tokio_signal(SignalKind::interrupt())?;
     let (state, report) = State::open(config, &paths.journal())?;
     tracing::info!(
         incarnation = %state.incarnation(),
@@ -181,16 +193,7 @@ async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> an
         restarted = report.restarted.len(),
         "daemon starting"
     );
-    let settings = state.config();
-    tracing::info!(
-        replay_bytes = settings.replay_bytes,
-        window = settings.window,
-        scrollback_lines = ?settings.scrollback_lines,
-        unused_grace = ?settings.policy.unused_grace,
-        idle_expiry = ?settings.policy.idle_expiry,
-        suggest_after = ?settings.policy.suggest_after,
-        "settings (scrollback_lines None: terminal model off; a None duration: off)"
-    );
+    log_settings(&state);
     let sock = paths.socket();
     match std::fs::remove_file(&sock) {
         Ok(()) => tracing::info!("removed stale socket {}", sock.display()),
@@ -201,16 +204,131 @@ async fn serve(paths: &Paths, config: Config, ready: &mut Option<OwnedFd>) -> an
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
     tracing::info!("listening on {}", sock.display());
     notify(ready.take(), "ready");
-    let shutdown = async {
-        let which = tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
+    serve_until_stopped(paths, state, listener, lock_fd, term, int).await
+}
+
+fn log_settings(state: &State) {
+    let settings = state.config();
+    tracing::info!(
+        replay_bytes = settings.replay_bytes,
+        window = settings.window,
+        scrollback_lines = ?settings.scrollback_lines,
+        unused_grace = ?settings.policy.unused_grace,
+        idle_expiry = ?settings.policy.idle_expiry,
+        suggest_after = ?settings.policy.suggest_after,
+        "settings (scrollback_lines None: terminal model off; a None duration: off)"
+    );
+}
+
+/// Why the accept loop stopped.
+enum Stop {
+    Signal(&'static str),
+    Upgrade(PathBuf),
+}
+
+/// Serves until SIGTERM/SIGINT, handing over on an accepted upgrade (and serving on when it
+/// does not happen); then ends the PTYs and removes the socket.
+async fn serve_until_stopped(
+    paths: &Paths,
+    state: State,
+    listener: UnixListener,
+    lock_fd: RawFd,
+    mut term: TokioSignal,
+    mut int: TokioSignal,
+) -> anyhow::Result<()> {
+    state.set_paths(paths);
+    let grace = state.config().kill_grace;
+    loop {
+        let stop = async {
+            tokio::select! {
+                _ = term.recv() => Stop::Signal("SIGTERM"),
+                _ = int.recv() => Stop::Signal("SIGINT"),
+                bin = state.upgrade_ordered() => Stop::Upgrade(bin),
+            }
         };
-        tracing::info!("{which} received; shutting down");
-    };
-    server::run(listener, state.clone(), shutdown).await;
+        match server::run(&listener, state.clone(), stop).await {
+            Stop::Signal(which) => {
+                tracing::info!("{which} received; shutting down");
+                break;
+            }
+            Stop::Upgrade(bin) => {
+                let fds = DaemonFds {
+                    listener: listener.as_raw_fd(),
+                    lock: lock_fd,
+                };
+                let st = state.clone();
+                // Returns only when the handover did not happen: serve again.
+                let _ = tokio::task::spawn_blocking(move || st.hand_over(&bin, fds)).await;
+            }
+        }
+    }
     state.shutdown(grace).await;
-    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(paths.socket());
     tracing::info!("daemon stopped");
     Ok(())
+}
+
+/// `relay-agent daemon --resume-fd N [--fallback-fd M]`: the new code after a live upgrade's
+/// `execve`, in the old daemon's process (already detached; stdio is `/dev/null`). Reads the
+/// state at descriptor `state_fd`; when it cannot, returns the process to the old binary open
+/// at `fallback_fd` with the same state (so no shell is lost to a binary that cannot resume).
+///
+/// # Errors
+/// The state cannot be read and there is no old binary to return to (or it did not start);
+/// logging, journal or runtime start-up failures.
+pub fn resume(
+    paths: &Paths,
+    state_fd: RawFd,
+    fallback_fd: Option<RawFd>,
+) -> anyhow::Result<ExitCode> {
+    // Safety: descriptor numbers the old code passed for descriptors it left open for us.
+    let state_fd = unsafe { OwnedFd::from_raw_fd(state_fd) };
+    let fallback = fallback_fd.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
+    let back = |why: String| back_to_old(fallback.as_ref(), &state_fd, why);
+    let bytes = probe::read_state(state_fd.as_fd()).map_err(|e| back(e.to_string()))?;
+    let handover = handover::decode(&bytes).map_err(|e| back(e.to_string()))?;
+    drop(bytes);
+    logging::init(paths, false).map_err(|e| back(format!("{e:#}")))?;
+    // Safety: setting a signal disposition; no handler code runs.
+    unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
+    let config = Config::from_env().map_err(back)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("relay-agent")
+        .build()?;
+    let result = rt.block_on(async {
+        let term = tokio_signal(SignalKind::terminate())?;
+        let int = tokio_signal(SignalKind::interrupt())?;
+        let (listener_fd, lock_fd) = (handover.listener_fd, handover.lock_fd);
+        let state = State::resume(config, &paths.journal(), handover)
+            .map_err(|e| back_to_old(fallback.as_ref(), &state_fd, e.to_string()))?;
+        // Safety: the listener and the lock were handed over by number and are ours alone.
+        let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(listener_fd) };
+        let lock = unsafe { File::from_raw_fd(lock_fd) };
+        set_cloexec(listener.as_fd(), true)?;
+        set_cloexec(lock.as_fd(), true)?;
+        // The same open file: the lock is held already, this keeps it with the process.
+        let lock = Flock::lock(lock, FlockArg::LockExclusiveNonblock)
+            .map_err(|(_, e)| anyhow::anyhow!("the handed-over daemon lock: {e}"))?;
+        listener.set_nonblocking(true)?;
+        let listener = UnixListener::from_std(listener)?;
+        tracing::info!(pid = std::process::id(), "serving after the upgrade");
+        serve_until_stopped(paths, state, listener, lock.as_raw_fd(), term, int).await
+    });
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    if let Err(e) = &result {
+        tracing::error!("daemon failed: {e:#}");
+    }
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Gives the process back to the old binary (`fexecve` of `fallback` with the same state) when
+/// the new code cannot resume; returns only if that is impossible, with both reasons.
+fn back_to_old(fallback: Option<&OwnedFd>, state: &OwnedFd, why: String) -> anyhow::Error {
+    let Some(exe) = fallback else {
+        return anyhow::anyhow!("cannot resume: {why}");
+    };
+    tracing::error!("cannot resume ({why}); returning to the old agent");
+    let err = probe::exec_fd(exe.as_fd(), state.as_fd());
+    anyhow::anyhow!("cannot resume ({why}), and the old agent did not start again: {err}")
 }

@@ -9,8 +9,8 @@ use tracing::Instrument;
 use crate::session::Session;
 
 /// Handles one request with id `id`. Returns the reply to queue now, or `None` when there is
-/// none (`Ack`) or the reply is sent later: by a spawned task (`Create`, `Replace`, `End`, which
-/// may take a while and must not hold up this connection's other requests), or for `Open` by the
+/// none (`Ack`) or the reply is sent later: by a spawned task (`Create`, `Replace`, `End`,
+/// `Upgrade`, which may take a while and must not hold up this connection's other requests), or for `Open` by the
 /// read loop once its task finished ([`Session::finish_open`]).
 pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Response> {
     let state = session.state().clone();
@@ -70,6 +70,23 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
             return None;
         }
         Request::Forget(f) => state.forget(&f.ptys).map(Response::Forgot),
+        Request::UpgradeInfo(_) => Ok(Response::UpgradeReport(state.upgrade_report())),
+        Request::Upgrade(u) => {
+            // The order goes to the daemon loop only once the reply is queued: connections
+            // close for the handover and drain what they have queued first.
+            let out = session.out().clone();
+            let task = async move {
+                let result = state.upgrade(u).await;
+                let accepted = result.is_ok();
+                let reply = result.map_or_else(Response::Error, Response::UpgradeStarted);
+                let _ = out.send(Message::Response(id, reply)).await;
+                if accepted {
+                    state.release_upgrade_order();
+                }
+            };
+            tokio::spawn(task.in_current_span());
+            return None;
+        }
     };
     let reply = result.unwrap_or_else(Response::Error);
     Some(if session.knows_lifecycle() {

@@ -239,6 +239,10 @@ impl LeaseTable {
             }
         }
         let ended = matches!(lease.phase, Phase::Ended { .. });
+        // A lease of this incarnation replayed after a live upgrade: never mint its id again.
+        if pty.incarnation == self.incarnation {
+            self.counter = self.counter.max(pty.counter);
+        }
         self.index.insert(pty, lease.binding.pane.clone());
         self.panes
             .entry(lease.binding.pane.clone())
@@ -248,6 +252,14 @@ impl LeaseTable {
             self.note_ended(pty);
         }
         Ok(())
+    }
+
+    /// Sets when `pty`'s lease entered its current state (a detach time a live upgrade carried:
+    /// detaches are not journaled). Unknown PTYs are ignored.
+    pub fn restore_since(&mut self, pty: &PtyId, since_ms: u64) {
+        if let Some(lease) = self.get_mut(pty) {
+            lease.since_ms = since_ms;
+        }
     }
 
     /// Forgets a lease entirely (no history), e.g. a PTY whose creation could not be journaled and

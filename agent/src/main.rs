@@ -21,6 +21,23 @@ enum Cmd {
         /// Stay in the foreground and also log to stderr.
         #[arg(long)]
         foreground: bool,
+        /// Live upgrade: continue the daemon whose state is at this descriptor (given by the
+        /// old code across execve; not for people).
+        #[arg(long, hide = true, value_name = "FD")]
+        resume_fd: Option<i32>,
+        /// Live upgrade: the old binary, open, to return to if resuming fails.
+        #[arg(long, hide = true, value_name = "FD", requires = "resume_fd")]
+        fallback_fd: Option<i32>,
+    },
+    /// Live upgrade probe: print this binary's version and the handover states it reads.
+    #[command(hide = true)]
+    HandoverInfo,
+    /// Live upgrade probe: check that the handover state at descriptor FD can be read.
+    #[command(hide = true)]
+    HandoverCheck {
+        /// The state's descriptor.
+        #[arg(long)]
+        fd: i32,
     },
     /// Pipe stdin/stdout to the daemon's socket, starting the daemon if needed.
     Bridge {
@@ -32,16 +49,41 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    match cli.command {
+        Cmd::HandoverInfo => {
+            println!("{}", relay_agent::handover::probe::info_line());
+            return ExitCode::SUCCESS;
+        }
+        Cmd::HandoverCheck { fd } => {
+            return match relay_agent::handover::check_fd(fd) {
+                Ok(n) => {
+                    println!("{}", relay_agent::handover::probe::check_line(n));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("relay-agent: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
+    }
     let result = Paths::from_env()
         .map_err(anyhow::Error::from)
         .and_then(|paths| match cli.command {
-            Cmd::Daemon { foreground } => relay_agent::daemon::main(&paths, foreground),
+            Cmd::Daemon {
+                resume_fd: Some(fd),
+                fallback_fd,
+                ..
+            } => relay_agent::daemon::resume(&paths, fd, fallback_fd),
+            Cmd::Daemon { foreground, .. } => relay_agent::daemon::main(&paths, foreground),
             Cmd::Bridge { no_start: false } => {
                 relay_agent::bridge::main(&paths).map(|()| ExitCode::SUCCESS)
             }
             Cmd::Bridge { no_start: true } => {
                 relay_agent::bridge::main_connect_only(&paths).map(|()| ExitCode::SUCCESS)
             }
+            Cmd::HandoverInfo | Cmd::HandoverCheck { .. } => unreachable!("handled above"),
         });
     match result {
         Ok(code) => code,

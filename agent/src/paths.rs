@@ -81,6 +81,12 @@ impl Paths {
         self.home.join("state").join("leases.journal")
     }
 
+    /// `bin/`: where deploy installs agent binaries (`relay-agent-<version>-<hash>`), so where a
+    /// live upgrade looks for the newest one.
+    pub fn agent_bin_dir(&self) -> PathBuf {
+        self.home.join("bin")
+    }
+
     /// `log/`.
     pub fn log_dir(&self) -> PathBuf {
         self.home.join("log")

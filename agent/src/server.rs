@@ -1,4 +1,4 @@
-//! The accept loop: `run(listener, state, shutdown)`.
+//! The accept loop: `run(listener, state, shutdown)`, until shutdown or an upgrade.
 //!
 //! Only connections from this daemon's own uid are served (SO_PEERCRED); others are refused and
 //! logged. Each connection runs in its own task; shutdown cancels them all and waits (bounded)
@@ -18,15 +18,17 @@ use crate::state::State;
 /// How long connections may take to wind down after shutdown was requested.
 const CONNECTION_GRACE: Duration = Duration::from_secs(3);
 
-/// Accepts connections on `listener` until `shutdown` completes, then closes every connection.
-pub async fn run(listener: UnixListener, state: State, shutdown: impl Future<Output = ()>) {
+/// Accepts connections on `listener` until `stop` completes, then closes every connection and
+/// returns what `stop` gave (why: a signal, or an upgrade to hand over to).
+pub async fn run<T>(listener: &UnixListener, state: State, stop: impl Future<Output = T>) -> T {
+    let shutdown = stop;
     let cancel = CancellationToken::new();
     let tracker = TaskTracker::new();
     let uid = nix::unistd::getuid().as_raw();
     tokio::pin!(shutdown);
-    loop {
+    let why = loop {
         let accepted = tokio::select! {
-            _ = &mut shutdown => break,
+            why = &mut shutdown => break why,
             accepted = listener.accept() => accepted,
         };
         let stream = match accepted {
@@ -64,7 +66,7 @@ pub async fn run(listener: UnixListener, state: State, shutdown: impl Future<Out
                 }
             }
         }
-    }
+    };
     cancel.cancel();
     tracker.close();
     if tokio::time::timeout(CONNECTION_GRACE, tracker.wait())
@@ -73,4 +75,5 @@ pub async fn run(listener: UnixListener, state: State, shutdown: impl Future<Out
     {
         tracing::warn!("some connections did not close within {CONNECTION_GRACE:?}");
     }
+    why
 }

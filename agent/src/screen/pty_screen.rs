@@ -89,6 +89,38 @@ impl PtyScreen {
         }
     }
 
+    /// A model that continues where a handed-over one stopped: a fresh model of `size` fed the
+    /// old model's snapshot (vt100 has no serializer; the snapshot reproduces screen, scrollback,
+    /// modes and an unfinished sequence), positioned at the snapshot's offset, with the old
+    /// model's recent events and event keys (so keys are never reused).
+    pub fn resume(pty: PtyId, size: TermSize, handed: crate::handover::HandedScreen) -> Self {
+        let screen = PtyScreen::new(pty, size, handed.scrollback_lines);
+        {
+            let mut inner = screen.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut ignored = Vec::new();
+            inner.model.feed(&handed.snapshot, &mut ignored);
+            inner.fed = handed.offset;
+            inner.events = handed.events.into_iter().collect();
+        }
+        screen.fed.store(handed.offset, Ordering::Release);
+        screen.keys.send_replace(handed.last_key);
+        screen
+    }
+
+    /// What a handover carries of this model: a snapshot at the ring's end (the readers are
+    /// stopped, so that is the end of the output), the held events and the last event key.
+    pub fn for_handover(&self, ring: &Mutex<Ring>) -> crate::handover::HandedScreen {
+        let taken = self.snapshot(ring);
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        crate::handover::HandedScreen {
+            scrollback_lines: self.scrollback_lines,
+            offset: taken.offset,
+            snapshot: taken.data,
+            events: inner.events.iter().cloned().collect(),
+            last_key: *self.keys.borrow(),
+        }
+    }
+
     /// Called by the PTY reader before appending `incoming` bytes to `ring` (whose end is
     /// `ring_end` and capacity `capacity`, in bytes): when the append would drop bytes the model
     /// has not parsed yet, parse enough of them now, on the reader's thread, to make room. Usually

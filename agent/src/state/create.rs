@@ -121,6 +121,13 @@ impl State {
         policy: Option<LeasePolicy>,
         mode: Mode<'_>,
     ) -> Result<(Created, Option<Attachment>), ErrorReply> {
+        // Checked with the pane's gate registered, which the upgrade's cut waits for.
+        if self.upgrading() {
+            return Err(ErrorReply::Internal {
+                message: "the agent is being upgraded; nothing was started: retry in a moment"
+                    .into(),
+            });
+        }
         let pty_id = {
             let mut book = self.book();
             match mode {

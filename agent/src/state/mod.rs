@@ -27,6 +27,7 @@ mod attach;
 mod counters;
 mod create;
 mod end;
+mod handover;
 mod lifecycle;
 
 use std::collections::HashMap;
@@ -40,6 +41,7 @@ use relay_protocol::message::{Forgot, Status};
 use relay_protocol::{ErrorReply, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId};
 
 pub use attach::Attachment;
+pub use handover::DaemonFds;
 
 use crate::config::Config;
 use crate::inbound::FrameBudget;
@@ -72,6 +74,9 @@ struct Inner {
     counters: tokio::sync::mpsc::UnboundedSender<PtyId>,
     /// Memory of all connections' incomplete request frames (see [`crate::inbound`]).
     frame_budget: FrameBudget,
+    /// Live upgrade: the order for the daemon loop, whether one is under way (creates are
+    /// refused meanwhile) and how the last one went (see [`handover`]).
+    upgrade: handover::UpgradeSlot,
 }
 
 /// Counts a connection while it lives (for `Status`).
@@ -123,15 +128,32 @@ impl State {
             table.confirm_end(&p.pty);
         }
         report.restarted = table.end_previous_incarnations(now_ms());
+        let state = State::with_table(config, table, journal, now_ms())?;
+        Ok((state, report))
+    }
+
+    /// A state over `table` (journal rewritten from it), started at `started_ms`.
+    fn with_table(
+        config: Config,
+        table: LeaseTable,
+        journal: &std::path::Path,
+        started_ms: u64,
+    ) -> io::Result<State> {
+        let incarnation = table.incarnation();
         let journal = Journal::start(journal, &table)?;
         let (counters, counters_due) = tokio::sync::mpsc::unbounded_channel();
         let frame_budget = FrameBudget::new(config.incomplete_frames_bytes);
+        let started = Instant::now()
+            .checked_sub(std::time::Duration::from_millis(
+                now_ms().saturating_sub(started_ms),
+            ))
+            .unwrap_or_else(Instant::now);
         let state = State {
             inner: Arc::new(Inner {
                 config,
                 incarnation,
-                started_ms: now_ms(),
-                started: Instant::now(),
+                started_ms,
+                started,
                 book: Mutex::new(table),
                 ptys: DashMap::new(),
                 journal: Mutex::new(journal),
@@ -141,10 +163,11 @@ impl State {
                 stopping: AtomicBool::new(false),
                 counters,
                 frame_budget,
+                upgrade: handover::UpgradeSlot::default(),
             }),
         };
         state.start_counter_task(counters_due);
-        Ok((state, report))
+        Ok(state)
     }
 
     /// This daemon start's incarnation.
