@@ -19,6 +19,8 @@ mod relayctl;
 mod restore;
 #[path = "local/screen.rs"]
 mod screen;
+#[path = "local/upgrade.rs"]
+mod upgrade;
 
 use std::io::Write;
 use std::path::Path;

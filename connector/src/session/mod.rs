@@ -24,6 +24,7 @@ mod lifecycle;
 mod reply;
 pub(crate) mod shared;
 mod subscribe;
+mod upgrade;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -63,12 +63,14 @@ pub enum Command {
         workspace: Option<String>,
     },
     /// Show the agent's version, incarnation, pid, uptime, lease counts and connections; with
-    /// the lifecycle policy also the policy in force, counts by tag and the daemon's memory.
+    /// the lifecycle policy also the policy in force, counts by tag and the daemon's memory;
+    /// with live upgrade the running binary and whether a newer agent is installed.
     Status {
         /// Print JSON instead of text (fields: agent_version, incarnation, pid, started_ms,
         /// uptime_ms, leases{attached,detached,ended,superseded}, connections, and
         /// policy{unused_grace_ms,idle_expiry_ms,suggest_after_ms}, tags{protected,cleanup,
-        /// suggested,kept}, rss_bytes, which are null without the lifecycle policy).
+        /// suggested,kept}, rss_bytes, which are null without the lifecycle policy; agent_path,
+        /// newest_installed{path,version}, newer_installed, null without live upgrade).
         #[arg(long)]
         json: bool,
     },
@@ -131,6 +133,22 @@ pub enum Command {
     /// reported `agent restarted` afterwards. Refuses while shells run unless --yes is given.
     Stop {
         /// Stop even though shells are running (they end with the agent).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Swap the running agent's code under its shells (live upgrade): the daemon hands every
+    /// PTY to the newest agent installed in ~/.relay/bin (or the binary named by --to) in the
+    /// same process. Shells, their pids, PTY ids and output offsets stay; clients reconnect by
+    /// themselves. The new binary is checked first: one that cannot run or cannot read the
+    /// daemon's state is refused and the daemon keeps serving. Asks first.
+    Upgrade {
+        /// The agent binary to hand over to: an absolute path on the agent's host.
+        #[arg(long, value_name = "AGENT_BINARY")]
+        to: Option<String>,
+        /// Allow a downgrade to an older version.
+        #[arg(long)]
+        force: bool,
+        /// Do not ask (needed when stdin is not a terminal).
         #[arg(long)]
         yes: bool,
     },

@@ -52,6 +52,10 @@ pub async fn run(cli: &Cli) -> anyhow::Result<Outcome> {
         Command::Gc { dry_run, yes } => return ctl.gc(*dry_run, *yes).await,
         Command::Forget { ids, all } => return ctl.forget(ids, *all).await,
         Command::Stop { yes } => stop(session, &destination, *yes).await?,
+        Command::Upgrade { to, force, yes } => {
+            return crate::upgrade::upgrade(cli, session, &destination, to.clone(), *force, *yes)
+                .await
+        }
     }
     Ok(Outcome::Done)
 }
@@ -60,7 +64,7 @@ pub async fn run(cli: &Cli) -> anyhow::Result<Outcome> {
 /// the agent's timers only apply to PTYs created by a connection that stated one. It never
 /// starts an agent either (`start_agent: false`): an operator command on a host without one
 /// says so and leaves nothing behind.
-async fn connect(cli: &Cli, destination: &Destination) -> anyhow::Result<Session> {
+pub async fn connect(cli: &Cli, destination: &Destination) -> anyhow::Result<Session> {
     let transport = destination.transport_with(&cli.ssh_args)?;
     let options = ConnectOptions {
         policy: None,
@@ -156,13 +160,18 @@ async fn status(session: &Session, json: bool) -> anyhow::Result<()> {
     let lifecycle = listing
         .as_ref()
         .and_then(|l| Some((l.lifecycle.as_ref()?, TagCounts::of(&l.rows))));
+    let upgrade = if session.welcome().has(Capability::UPGRADE) {
+        Some(session.upgrade_info().await?)
+    } else {
+        None
+    };
     if json {
         output::print(format_args!(
             "{}\n",
-            render::status_json(&status, lifecycle)
+            render::status_json(&status, lifecycle, upgrade.as_ref())
         ))?;
     } else {
-        output::print(render::status_text(&status, lifecycle))?;
+        output::print(render::status_text(&status, lifecycle, upgrade.as_ref()))?;
     }
     Ok(())
 }

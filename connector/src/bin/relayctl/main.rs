@@ -1,5 +1,5 @@
 //! `relayctl`: operator commands against a relay agent (`leases`, `status`, `kill`, `protect`,
-//! `gc`, `forget`, `stop`).
+//! `gc`, `forget`, `stop`, `upgrade`).
 //!
 //! This file only parses arguments, runs, prints the error chain once and picks the exit code
 //! (0 success, also when the reader of stdout went away; 1 failure — among them "no agent
@@ -7,7 +7,7 @@
 //! errors from clap).
 //!
 //! Layout: `cli.rs` (clap), `commands.rs` (connect, dispatch, `leases`, `status`, `stop`),
-//! `lifecycle.rs` (`kill`, `protect`, `gc`, `forget`), `targets.rs` (one listing of the leases,
+//! `lifecycle.rs` (`kill`, `protect`, `gc`, `forget`), `upgrade.rs` (`upgrade`), `targets.rs` (one listing of the leases,
 //! filters, IDs → exact bindings; no IO), `confirm.rs` (the y/N question), `render.rs` (tables,
 //! JSON, durations), `report.rs` (what kill, gc and forget print), `output.rs` (stdout whose
 //! closing by the reader is not an error, stderr notes).
@@ -22,6 +22,7 @@ mod output;
 mod render;
 mod report;
 mod targets;
+mod upgrade;
 
 use std::process::ExitCode;
 

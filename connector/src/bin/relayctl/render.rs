@@ -19,7 +19,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use relay_protocol::message::{LeaseRow, PolicyInfo, Status, Tag};
+use relay_protocol::message::{LeaseRow, PolicyInfo, Status, Tag, UpgradeReport};
 use relay_protocol::{EndReason, ExitStatus};
 
 use crate::targets::{is_live, Lifecycle};
@@ -302,8 +302,13 @@ pub type StatusLifecycle<'a> = Option<(&'a Lifecycle, TagCounts)>;
 /// Status as JSON: agent_version, incarnation, pid, started_ms, uptime_ms,
 /// leases{attached,detached,ended,superseded}, connections, and policy{unused_grace_ms,
 /// idle_expiry_ms,suggest_after_ms}, tags{protected,cleanup,suggested,kept}, rss_bytes (null
-/// without the lifecycle policy).
-pub fn status_json(s: &Status, lifecycle: StatusLifecycle) -> String {
+/// without the lifecycle policy), and agent_path, newest_installed{path,version} (null when none
+/// is installed), newer_installed (null, like agent_path, without live upgrade).
+pub fn status_json(
+    s: &Status,
+    lifecycle: StatusLifecycle,
+    upgrade: Option<&UpgradeReport>,
+) -> String {
     let policy = lifecycle.map(|(l, _)| {
         json!({
             "unused_grace_ms": l.policy.unused_grace_ms,
@@ -335,12 +340,22 @@ pub fn status_json(s: &Status, lifecycle: StatusLifecycle) -> String {
         "policy": policy,
         "tags": tags,
         "rss_bytes": lifecycle.map(|(l, _)| l.rss_bytes),
+        "agent_path": upgrade.map(|u| &u.running.path),
+        "newest_installed": upgrade.and_then(|u| u.newest_installed.as_ref()).map(|n| {
+            json!({ "path": n.path, "version": n.version })
+        }),
+        "newer_installed": upgrade.map(|u| u.newer_installed),
     });
     serde_json::to_string_pretty(&v).expect("JSON values always serialize")
 }
 
-/// Status as `key: value` lines; policy, tags and memory only with the lifecycle policy.
-pub fn status_text(s: &Status, lifecycle: StatusLifecycle) -> String {
+/// Status as `key: value` lines; policy, tags and memory only with the lifecycle policy; the
+/// running binary and the newest installed agent only with live upgrade.
+pub fn status_text(
+    s: &Status,
+    lifecycle: StatusLifecycle,
+    upgrade: Option<&UpgradeReport>,
+) -> String {
     let l = &s.leases;
     let mut out = format!(
         "agent version: {}\nincarnation:   {}\npid:           {}\nuptime:        {}\nleases:        \
@@ -369,6 +384,40 @@ pub fn status_text(s: &Status, lifecycle: StatusLifecycle) -> String {
             t.suggested,
             t.kept
         ));
+    }
+    if let Some(u) = upgrade {
+        out.push_str(&format!(
+            "agent binary:  {}
+",
+            clean(&u.running.path)
+        ));
+        let installed = match (&u.newest_installed, u.newer_installed) {
+            (Some(n), true) => format!(
+                "{} at {} is newer: `relayctl upgrade` hands the shells to it",
+                clean(&n.version),
+                clean(&n.path)
+            ),
+            (Some(n), false) => format!("{} (nothing newer)", clean(&n.version)),
+            (None, _) => "none".to_string(),
+        };
+        out.push_str(&format!(
+            "installed:     {installed}
+"
+        ));
+        if let Some(from) = &u.upgraded_from {
+            out.push_str(&format!(
+                "upgraded from: {} (live)
+",
+                clean(from)
+            ));
+        }
+        if let Some(why) = &u.last_failure {
+            out.push_str(&format!(
+                "last upgrade:  failed: {}
+",
+                clean(why)
+            ));
+        }
     }
     out
 }

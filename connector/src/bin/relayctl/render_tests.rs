@@ -242,13 +242,13 @@ fn status() -> Status {
 
 #[test]
 fn status_adds_policy_tags_and_memory_only_with_the_lifecycle_policy() {
-    let plain = status_text(&status(), None);
+    let plain = status_text(&status(), None, None);
     assert!(plain.contains("uptime:        1h 1m"), "{plain}");
     assert!(
         !plain.contains("policy") && !plain.contains("memory"),
         "{plain}"
     );
-    let v: Value = serde_json::from_str(&status_json(&status(), None)).unwrap();
+    let v: Value = serde_json::from_str(&status_json(&status(), None, None)).unwrap();
     assert!(v["policy"].is_null() && v["tags"].is_null() && v["rss_bytes"].is_null());
     assert_eq!(v["pid"], 4000);
 
@@ -280,7 +280,7 @@ fn status_adds_policy_tags_and_memory_only_with_the_lifecycle_policy() {
         ended_protected,
     ];
     let tags = TagCounts::of(&rows);
-    let text = status_text(&status(), Some((&lifecycle, tags)));
+    let text = status_text(&status(), Some((&lifecycle, tags)), None);
     assert!(
         text.contains("policy:        unused 10m, idle off, suggest after 1d"),
         "{text}"
@@ -290,9 +290,55 @@ fn status_adds_policy_tags_and_memory_only_with_the_lifecycle_policy() {
         "{text}"
     );
     assert!(text.contains("memory:        12.0M (daemon RSS)"), "{text}");
-    let v: Value = serde_json::from_str(&status_json(&status(), Some((&lifecycle, tags)))).unwrap();
+    let v: Value =
+        serde_json::from_str(&status_json(&status(), Some((&lifecycle, tags)), None)).unwrap();
     assert_eq!(v["policy"]["unused_grace_ms"], 600_000);
     assert!(v["policy"]["idle_expiry_ms"].is_null());
     assert_eq!(v["tags"]["kept"], 2);
     assert_eq!(v["rss_bytes"], 12 * 1024 * 1024);
+}
+
+#[test]
+fn status_names_the_running_binary_and_a_newer_installed_agent() {
+    use relay_protocol::message::{AgentBinary, UpgradeReport};
+    let mut report = UpgradeReport {
+        running: AgentBinary {
+            path: "/h/.relay/bin/relay-agent-0.1.0-aa".into(),
+            version: "0.1.0".into(),
+        },
+        state_version: 1,
+        newest_installed: Some(AgentBinary {
+            path: "/h/.relay/bin/relay-agent-0.2.0-bb".into(),
+            version: "0.2.0".into(),
+        }),
+        newer_installed: true,
+        last_failure: None,
+        in_progress: false,
+        upgraded_from: None,
+    };
+    let text = status_text(&status(), None, Some(&report));
+    assert!(
+        text.contains("agent binary:  /h/.relay/bin/relay-agent-0.1.0-aa"),
+        "{text}"
+    );
+    assert!(
+        text.contains("installed:     0.2.0 at /h/.relay/bin/relay-agent-0.2.0-bb is newer"),
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&status_json(&status(), None, Some(&report))).unwrap();
+    assert_eq!(v["newer_installed"], true);
+    assert_eq!(v["newest_installed"]["version"], "0.2.0");
+
+    report.newer_installed = false;
+    report.last_failure = Some("execve failed".into());
+    report.upgraded_from = Some("0.0.9".into());
+    let text = status_text(&status(), None, Some(&report));
+    assert!(text.contains("(nothing newer)"), "{text}");
+    assert!(text.contains("upgraded from: 0.0.9 (live)"), "{text}");
+    assert!(
+        text.contains("last upgrade:  failed: execve failed"),
+        "{text}"
+    );
+    let plain: Value = serde_json::from_str(&status_json(&status(), None, None)).unwrap();
+    assert!(plain["agent_path"].is_null() && plain["newer_installed"].is_null());
 }
