@@ -27,7 +27,10 @@
 //!
 //! IO around it:
 //! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill with a
-//!   sweep of the PTY's session; [`procfs`]: what the agent reads from `/proc`;
+//!   sweep of the PTY's session; [`pty_io`]: the PTY master as a plain descriptor; [`procfs`]:
+//!   what the agent reads from `/proc`;
+//! - [`handover`]: live upgrade — the state handed to a new binary across `execve` in the same
+//!   process, the version rules, the probes of the new binary;
 //! - [`journal`]: the lease journal, replayed and compacted on start; [`counters`]: when a PTY's
 //!   output counters are journaled (bounded, never per chunk);
 //! - [`orphan`]: ending PTY processes that outlived a killed daemon, on the next start;

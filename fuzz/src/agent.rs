@@ -19,7 +19,8 @@
 //!   truncated) closes the connection, and the agent ends the connection after the peer's EOF;
 //! - nothing panics, in any thread (libFuzzer's panic hook aborts the process).
 //!
-//! Two bounds make this safe and fast enough to fuzz:
+//! Three bounds make this safe and fast enough to fuzz (the third: an `Upgrade` always names a
+//! binary that does not exist, since the agent runs the binary it is given to probe it):
 //! - **Spawning.** Every create, open and replace that would reach the spawn runs
 //!   [`SPAWNED_PROGRAM`] (`/bin/cat`, which only echoes its input) instead of the requested
 //!   command, and without `LD_*` variables; cwd, `TERM`, size and the rest of the environment are
@@ -195,7 +196,7 @@ fn prepare(frame: &[u8], incarnation: Incarnation, first: bool) -> (Vec<u8>, Exp
     }
 }
 
-/// Applies the two bounds of the module docs to a request. Exhaustive on purpose: a new request
+/// Applies the bounds of the module docs to a request. Exhaustive on purpose: a new request
 /// does not compile here until it is decided whether it can spawn or names a PTY.
 fn confine(request: &mut Request, incarnation: Incarnation) {
     let inc = incarnation;
@@ -219,7 +220,11 @@ fn confine(request: &mut Request, incarnation: Incarnation) {
         Request::Ack(r) => rebind_pty(&mut r.pty, inc),
         Request::End(e) => e.targets.iter_mut().for_each(|b| rebind(b, inc)),
         Request::Forget(f) => f.ptys.iter_mut().for_each(|p| rebind_pty(p, inc)),
+        // The agent runs the named binary to probe it: never let fuzzed bytes pick a program.
+        // The rules and the refusal paths still run (the probe of a missing binary fails).
+        Request::Upgrade(u) => u.to = Some(MISSING_AGENT.to_string()),
         Request::Hello(_)
+        | Request::UpgradeInfo(_)
         | Request::Ping(_)
         | Request::ListLeases(_)
         | Request::Status(_)
@@ -227,6 +232,9 @@ fn confine(request: &mut Request, incarnation: Incarnation) {
         | Request::Inspect(_) => {}
     }
 }
+
+/// What a fuzzed `Upgrade` names: no such file.
+const MISSING_AGENT: &str = "/nonexistent/relay-fuzz/relay-agent";
 
 /// Runs [`SPAWNED_PROGRAM`] instead of the requested command. A pane or spec over the agent's
 /// limits is left alone: `State::gated` refuses those before anything is spawned.

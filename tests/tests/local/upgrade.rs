@@ -6,11 +6,11 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use relay_connector::{PaneHandle, Session};
+use relay_connector::{Host, HostOptions, PaneHandle, Session};
 use relay_protocol::{Binding, PaneKey, Resume};
 use serde_json::Value;
 
-use super::sh;
+use super::{sh, ECHO_LOOP};
 use relay_tests::{bins, read_until, read_until_text, Collected, TestHome, LIVENESS};
 
 fn text(out: &std::process::Output) -> String {
@@ -250,7 +250,12 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
         (&garbage, &[], "could not run"),
         (&other_state, &[], "reads handover states 7..=9"),
         (&older, &[], "pass --force"),
-        (Path::new("relative/agent"), &[], "absolute path"),
+        // Relative to relayctl's directory (the test's): not there.
+        (
+            Path::new("relative/agent"),
+            &[],
+            "relative/agent: No such file",
+        ),
     ];
     for (bin, extra, why) in refusals {
         let mut args = vec!["upgrade", "--to", bin.to_str().unwrap(), "--yes"];
@@ -313,4 +318,76 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
         .await
         .expect("creates are accepted again after a failed upgrade");
     assert!(!again.existed);
+}
+
+/// What an app sees: a `Host` pane is interrupted by the upgrade and comes back by itself on
+/// the same PTY, every line once and in order; input typed before and after reaches the shell
+/// once each (the input-seq table came along).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_pane_comes_back_by_itself_after_an_upgrade() {
+    let home = TestHome::new();
+    let host = Host::open(home.transport(), HostOptions::new("relay-tests"));
+    let ws = host.workspace("w");
+    let script = "i=0; while :; do echo line-$i; i=$((i+1)); sleep 0.005; done";
+    let (busy, mut pane) = ws.open("busy", "0", sh(script)).await.unwrap();
+    let (echo, mut echo_pane) = ws.open("echo", "0", sh(ECHO_LOOP)).await.unwrap();
+    let mut out = Collected::default();
+    let mut echo_out = Collected::default();
+    read_until_text(&mut echo_pane, &mut echo_out, "start")
+        .await
+        .unwrap();
+    let input = host.input_writer(&echo.binding);
+    input.push(b"before\n".to_vec()).unwrap();
+    read_until_text(&mut echo_pane, &mut echo_out, "got:before")
+        .await
+        .unwrap();
+    read_until(&mut pane, &mut out, LIVENESS, |c| c.text().len() > 2000)
+        .await
+        .unwrap();
+
+    let next = agent_copy_in(&home, "relay-agent-next");
+    let ctl = home.command(&bins().relayctl);
+    let done = tokio::task::spawn_blocking(move || {
+        let mut ctl = ctl;
+        ctl.args(["upgrade", "--to", next.to_str().unwrap(), "--yes"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(done.status.success(), "{}", text(&done));
+
+    read_until(&mut pane, &mut out, LIVENESS, |c| c.resumed.len() == 1)
+        .await
+        .unwrap();
+    let resumed_at = out.end;
+    read_until(&mut pane, &mut out, LIVENESS, |c| c.end > resumed_at + 2000)
+        .await
+        .unwrap();
+    assert!(out.gaps.is_empty(), "{:?}", out.gaps);
+    let lines: Vec<u64> = out
+        .text()
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix("line-")?.parse().ok())
+        .collect();
+    assert_eq!(
+        lines,
+        (0..lines.len() as u64).collect::<Vec<_>>(),
+        "each line once, in order"
+    );
+
+    input.push(b"after\n".to_vec()).unwrap();
+    read_until_text(&mut echo_pane, &mut echo_out, "got:after")
+        .await
+        .unwrap();
+    let said = echo_out.text();
+    assert_eq!(said.matches("got:before").count(), 1, "{said}");
+    assert_eq!(said.matches("got:after").count(), 1, "{said}");
+    let leases = host.session().await.unwrap().list_leases().await.unwrap();
+    let mut ptys: Vec<_> = leases.iter().map(|l| l.binding.clone()).collect();
+    ptys.sort_by_key(|b| b.pty);
+    let mut want = vec![busy.binding, echo.binding];
+    want.sort_by_key(|b| b.pty);
+    assert_eq!(ptys, want, "the same two PTYs, nothing created");
 }

@@ -37,6 +37,18 @@ pub async fn upgrade(
             session.welcome().agent_version
         );
     }
+    // On this machine a relative path means what it means in the operator's shell; on an SSH
+    // host there is no such directory, and the agent asks for an absolute path.
+    let to = match (to, destination) {
+        (Some(path), Destination::Local) if !std::path::Path::new(&path).is_absolute() => Some(
+            std::env::current_dir()
+                .context("the current directory, to make --to absolute")?
+                .join(&path)
+                .display()
+                .to_string(),
+        ),
+        (to, _) => to,
+    };
     let before = session.status().await?;
     let report = session.upgrade_info().await?;
     let target = match (&to, &report.newest_installed) {
