@@ -257,8 +257,23 @@ async fn serve_until_stopped(
                     lock: lock_fd,
                 };
                 let st = state.clone();
-                // Returns only when the handover did not happen: serve again.
-                let _ = tokio::task::spawn_blocking(move || st.hand_over(&bin, fds)).await;
+                // Returns only when the handover did not happen: serve again (or stop, when a
+                // stop signal came meanwhile: the cut checks for it last).
+                let handover = tokio::task::spawn_blocking(move || st.hand_over(&bin, fds));
+                tokio::pin!(handover);
+                let mut stop = None;
+                loop {
+                    tokio::select! {
+                        _ = &mut handover => break,
+                        _ = term.recv() => stop = Some("SIGTERM"),
+                        _ = int.recv() => stop = Some("SIGINT"),
+                    }
+                    state.note_stop_signal();
+                }
+                if let Some(which) = stop {
+                    tracing::info!("{which} received during the upgrade; shutting down");
+                    break;
+                }
             }
         }
     }
@@ -268,10 +283,12 @@ async fn serve_until_stopped(
     Ok(())
 }
 
-/// `relay-agent daemon --resume-fd N [--fallback-fd M]`: the new code after a live upgrade's
-/// `execve`, in the old daemon's process (already detached; stdio is `/dev/null`). Reads the
-/// state at descriptor `state_fd`; when it cannot, returns the process to the old binary open
-/// at `fallback_fd` with the same state (so no shell is lost to a binary that cannot resume).
+/// `relay-agent daemon --resume-fd N [--fallback-fd M | --fallback-reason WHY]`: the new code
+/// after a live upgrade's `execve`, in the old daemon's process (already detached; stdio is
+/// `/dev/null`; SIGTERM/SIGINT blocked, and pending if they came, until the handlers are in
+/// place). Reads the state at descriptor `state_fd`; when it cannot, returns the process to the
+/// old binary open at `fallback_fd` with the same state (so no shell is lost to a binary that
+/// cannot resume). `fallback_reason`: this is that old binary, taking its shells back.
 ///
 /// # Errors
 /// The state cannot be read and there is no old binary to return to (or it did not start);
@@ -280,11 +297,17 @@ pub fn resume(
     paths: &Paths,
     state_fd: RawFd,
     fallback_fd: Option<RawFd>,
+    fallback_reason: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     // Safety: descriptor numbers the old code passed for descriptors it left open for us.
     let state_fd = unsafe { OwnedFd::from_raw_fd(state_fd) };
     let fallback = fallback_fd.map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
-    let back = |why: String| back_to_old(fallback.as_ref(), &state_fd, why);
+    // Neither may reach a shell or a later upgrade's new code; both are closed once resumed.
+    let _ = set_cloexec(state_fd.as_fd(), true);
+    if let Some(fd) = &fallback {
+        let _ = set_cloexec(fd.as_fd(), true);
+    }
+    let back = |why: String| back_to_old(fallback.as_ref(), &state_fd, paths, why);
     let bytes = probe::read_state(state_fd.as_fd()).map_err(|e| back(e.to_string()))?;
     let handover = handover::decode(&bytes).map_err(|e| back(e.to_string()))?;
     drop(bytes);
@@ -296,12 +319,25 @@ pub fn resume(
         .enable_all()
         .thread_name("relay-agent")
         .build()?;
+    let mut handed = Some((state_fd, fallback));
     let result = rt.block_on(async {
         let term = tokio_signal(SignalKind::terminate())?;
         let int = tokio_signal(SignalKind::interrupt())?;
+        unblock_stop_signals();
         let (listener_fd, lock_fd) = (handover.listener_fd, handover.lock_fd);
-        let state = State::resume(config, &paths.journal(), handover)
-            .map_err(|e| back_to_old(fallback.as_ref(), &state_fd, e.to_string()))?;
+        let state = match State::resume(config, &paths.journal(), handover, fallback_reason) {
+            Ok(state) => state,
+            Err(e) => {
+                let (state_fd, fallback) = handed.as_ref().expect("still held");
+                return Err(back_to_old(
+                    fallback.as_ref(),
+                    state_fd,
+                    paths,
+                    e.to_string(),
+                ));
+            }
+        };
+        drop(handed.take());
         // Safety: the listener and the lock were handed over by number and are ours alone.
         let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(listener_fd) };
         let lock = unsafe { File::from_raw_fd(lock_fd) };
@@ -322,13 +358,28 @@ pub fn resume(
     result.map(|()| ExitCode::SUCCESS)
 }
 
-/// Gives the process back to the old binary (`fexecve` of `fallback` with the same state) when
-/// the new code cannot resume; returns only if that is impossible, with both reasons.
-fn back_to_old(fallback: Option<&OwnedFd>, state: &OwnedFd, why: String) -> anyhow::Error {
+/// Gives the process back to the old binary (`fexecve` of `fallback` with the same state, told
+/// `why`, which it logs and reports) when the new code cannot resume; returns only if that is
+/// impossible, with both reasons.
+fn back_to_old(
+    fallback: Option<&OwnedFd>,
+    state: &OwnedFd,
+    paths: &Paths,
+    why: String,
+) -> anyhow::Error {
     let Some(exe) = fallback else {
         return anyhow::anyhow!("cannot resume: {why}");
     };
-    tracing::error!("cannot resume ({why}); returning to the old agent");
-    let err = probe::exec_fd(exe.as_fd(), state.as_fd());
+    let err = probe::exec_fd(exe.as_fd(), state.as_fd(), paths.home(), &why);
     anyhow::anyhow!("cannot resume ({why}), and the old agent did not start again: {err}")
+}
+
+/// Unblocks SIGTERM and SIGINT in this thread (the old code blocked them across `execve`; one
+/// that arrived meanwhile is delivered now, to the handlers just installed).
+fn unblock_stop_signals() {
+    use nix::sys::signal::{SigSet, SigmaskHow};
+    let mut stops = SigSet::empty();
+    stops.add(Signal::SIGTERM);
+    stops.add(Signal::SIGINT);
+    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stops), None);
 }

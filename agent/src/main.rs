@@ -28,6 +28,9 @@ enum Cmd {
         /// Live upgrade: the old binary, open, to return to if resuming fails.
         #[arg(long, hide = true, value_name = "FD", requires = "resume_fd")]
         fallback_fd: Option<i32>,
+        /// Live upgrade: this is the old binary taking its shells back, and why.
+        #[arg(long, hide = true, value_name = "WHY", requires = "resume_fd")]
+        fallback_reason: Option<String>,
     },
     /// Live upgrade probe: print this binary's version and the handover states it reads.
     #[command(hide = true)]
@@ -74,8 +77,9 @@ fn main() -> ExitCode {
             Cmd::Daemon {
                 resume_fd: Some(fd),
                 fallback_fd,
+                fallback_reason,
                 ..
-            } => relay_agent::daemon::resume(&paths, fd, fallback_fd),
+            } => relay_agent::daemon::resume(&paths, fd, fallback_fd, fallback_reason),
             Cmd::Daemon { foreground, .. } => relay_agent::daemon::main(&paths, foreground),
             Cmd::Bridge { no_start: false } => {
                 relay_agent::bridge::main(&paths).map(|()| ExitCode::SUCCESS)

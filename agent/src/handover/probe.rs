@@ -10,6 +10,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -104,6 +105,8 @@ fn run(bin: &Path, args: &[&OsStr]) -> Result<String, String> {
     let shown = bin.display();
     let mut child = Command::new(bin)
         .args(args)
+        // Its own group, so a timeout ends what it started too.
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -115,7 +118,8 @@ fn run(bin: &Path, args: &[&OsStr]) -> Result<String, String> {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
             Ok(None) => {
-                let _ = child.kill();
+                let group = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
                 let _ = child.wait();
                 return Err(format!("{shown} did not answer within {PROBE_TIMEOUT:?}"));
             }
@@ -194,47 +198,74 @@ pub fn read_state(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
     }
 }
 
-/// The arguments a resuming daemon runs with: `daemon --resume-fd N [--fallback-fd M]`.
-fn resume_args(state: BorrowedFd<'_>, fallback: Option<BorrowedFd<'_>>) -> Vec<CString> {
+/// The arguments a resuming daemon runs with: `daemon --resume-fd N` and either
+/// `--fallback-fd M` (the old binary, for the new code to return to) or `--fallback-reason WHY`
+/// (the old code taking the shells back: why the new one could not).
+fn resume_args(state: BorrowedFd<'_>, fallback: Fallback<'_>) -> Vec<CString> {
     let mut args = vec![
-        "relay-agent".to_string(),
-        "daemon".into(),
-        "--resume-fd".into(),
-        state.as_raw_fd().to_string(),
+        "relay-agent".as_bytes().to_vec(),
+        b"daemon".to_vec(),
+        b"--resume-fd".to_vec(),
+        state.as_raw_fd().to_string().into_bytes(),
     ];
-    if let Some(fd) = fallback {
-        args.extend(["--fallback-fd".to_string(), fd.as_raw_fd().to_string()]);
+    match fallback {
+        Fallback::To(fd) => args.extend([
+            b"--fallback-fd".to_vec(),
+            fd.as_raw_fd().to_string().into_bytes(),
+        ]),
+        Fallback::Because(why) => args.extend([
+            b"--fallback-reason".to_vec(),
+            why.replace('\0', " ").into_bytes(),
+        ]),
     }
     args.into_iter()
-        .map(|a| CString::new(a).expect("no NUL in numbers and fixed words"))
+        .map(|a| CString::new(a).expect("NULs were replaced"))
         .collect()
 }
 
-/// Replaces this process's code with `bin` resuming from `state` (same pid, same environment);
-/// `fallback` is the old binary, open, for the new code to return to if it cannot resume.
-/// Returns only when `execve` failed, with its error.
-pub fn exec(bin: &Path, state: BorrowedFd<'_>, fallback: BorrowedFd<'_>) -> io::Error {
-    let Ok(path) = CString::new(bin.as_os_str().as_bytes()) else {
-        return io::Error::new(io::ErrorKind::InvalidInput, "binary path contains NUL");
-    };
-    match nix::unistd::execv(&path, &resume_args(state, Some(fallback))) {
-        Err(e) => e.into(),
-        Ok(never) => match never {},
-    }
+enum Fallback<'a> {
+    To(BorrowedFd<'a>),
+    Because(&'a str),
 }
 
-/// Like [`exec`] for the binary open at `exe` (`fexecve`: the old daemon's own code, found even
-/// if its file was replaced since), without a further fall-back. Returns only on failure.
-pub fn exec_fd(exe: BorrowedFd<'_>, state: BorrowedFd<'_>) -> io::Error {
-    let env: Vec<CString> = std::env::vars_os()
+/// This process's environment with `RELAY_HOME` set to `home` (absolute): the daemon runs in
+/// `/`, so a relative `RELAY_HOME` it was started with would name another directory.
+fn environment(home: &Path) -> Vec<CString> {
+    std::env::vars_os()
+        .filter(|(k, _)| k != "RELAY_HOME")
+        .chain([("RELAY_HOME".into(), home.as_os_str().to_owned())])
         .filter_map(|(k, v)| {
             let mut kv = k.as_bytes().to_vec();
             kv.push(b'=');
             kv.extend_from_slice(v.as_bytes());
             CString::new(kv).ok()
         })
-        .collect();
-    match nix::unistd::fexecve(exe.as_fd(), &resume_args(state, None), &env) {
+        .collect()
+}
+
+/// Replaces this process's code with `bin` resuming from `state` (same pid; the environment
+/// with `RELAY_HOME` = `home`); `fallback` is the old binary, open, for the new code to return
+/// to if it cannot resume. Returns only when `execve` failed, with its error.
+pub fn exec(bin: &Path, state: BorrowedFd<'_>, fallback: BorrowedFd<'_>, home: &Path) -> io::Error {
+    let Ok(path) = CString::new(bin.as_os_str().as_bytes()) else {
+        return io::Error::new(io::ErrorKind::InvalidInput, "binary path contains NUL");
+    };
+    let args = resume_args(state, Fallback::To(fallback));
+    match nix::unistd::execve(&path, &args, &environment(home)) {
+        Err(e) => e.into(),
+        Ok(never) => match never {},
+    }
+}
+
+/// Gives the process back to the old binary open at `exe` (`fexecve`: found even if its file
+/// was replaced since) with the same `state`, telling it `why` the new code could not resume.
+/// Returns only on failure.
+pub fn exec_fd(exe: BorrowedFd<'_>, state: BorrowedFd<'_>, home: &Path, why: &str) -> io::Error {
+    if let Err(e) = set_cloexec(state, false) {
+        return e;
+    }
+    let args = resume_args(state, Fallback::Because(why));
+    match nix::unistd::fexecve(exe.as_fd(), &args, &environment(home)) {
         Err(e) => e.into(),
         Ok(never) => match never {},
     }

@@ -51,6 +51,8 @@ pub(super) struct UpgradeSlot {
     last_failure: Mutex<Option<String>>,
     /// The version this code was handed over from.
     upgraded_from: OnceLock<String>,
+    /// SIGTERM/SIGINT arrived while a handover was under way: stop instead of handing over.
+    stop_requested: AtomicBool,
 }
 
 /// The daemon's own descriptors that cross `execve`.
@@ -143,6 +145,20 @@ impl State {
     /// installed, it cannot run, it cannot read the state, a downgrade, nothing newer, an
     /// upgrade already under way).
     pub async fn upgrade(&self, req: Upgrade) -> Result<UpgradeStarted, ErrorReply> {
+        let result = self.accept_upgrade(req).await;
+        if let Err(e) = &result {
+            tracing::warn!("upgrade refused: {e}");
+            *self
+                .inner
+                .upgrade
+                .last_failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(format!("refused: {e}"));
+        }
+        result
+    }
+
+    async fn accept_upgrade(&self, req: Upgrade) -> Result<UpgradeStarted, ErrorReply> {
         let refused = |message: String| ErrorReply::UpgradeRefused { message };
         let named = req.to.is_some();
         let bin = match req.to {
@@ -189,6 +205,12 @@ impl State {
         if self.inner.upgrade.under_way.swap(true, Ordering::SeqCst) {
             return Err(refused("an upgrade is already under way".into()));
         }
+        // What `/proc/self/exe` will name once it runs (a symlink resolved).
+        let bin = std::fs::canonicalize(&bin).unwrap_or(bin);
+        self.inner
+            .upgrade
+            .stop_requested
+            .store(false, Ordering::SeqCst);
         *self.lock_order() = Some(bin.clone());
         let started = UpgradeStarted {
             from: running,
@@ -200,6 +222,26 @@ impl State {
         };
         tracing::info!(from = %started.from.version, to = %started.to.version, path = %started.to.path, "upgrade accepted");
         Ok(started)
+    }
+
+    /// A stop signal arrived during a handover: the cut does not `execve` (checked last, with
+    /// the signals blocked in the cutting thread), and the daemon stops.
+    pub fn note_stop_signal(&self) {
+        self.inner
+            .upgrade
+            .stop_requested
+            .store(true, Ordering::SeqCst);
+    }
+
+    /// Records why a handover did not happen (for [`State::upgrade_report`]), and logs it.
+    pub fn note_upgrade_failure(&self, why: String) {
+        tracing::error!("upgrade failed; this agent keeps serving: {why}");
+        *self
+            .inner
+            .upgrade
+            .last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     /// Lets the daemon loop pick up the accepted order (called once the reply is queued, so it
@@ -329,13 +371,11 @@ impl State {
                         bin.display()
                     );
                     let crossing = crossing_fds(ptys, fds, exe, state.as_fd());
-                    let why = match inheritable(&crossing, true) {
-                        Err(e) => format!("could not prepare the descriptors: {e}"),
-                        Ok(()) => format!(
-                            "execve {} failed: {}",
-                            bin.display(),
-                            probe::exec(bin, state.as_fd(), exe)
-                        ),
+                    let home = self.inner.upgrade.paths.get().map(Paths::home);
+                    let why = match (inheritable(&crossing, true), home) {
+                        (Err(e), _) => format!("could not prepare the descriptors: {e}"),
+                        (Ok(()), None) => "the daemon's home is not known".into(),
+                        (Ok(()), Some(home)) => self.exec_unless_stopping(bin, &state, exe, home),
                     };
                     let _ = inheritable(&crossing, false);
                     why
@@ -349,9 +389,40 @@ impl State {
         why
     }
 
+    /// `execve` with SIGTERM/SIGINT blocked in this thread (the mask and pending signals cross
+    /// `execve`, and the new code unblocks them once its handlers are in place), unless a stop
+    /// signal arrived meanwhile. Returns why it did not happen; the mask is restored then.
+    fn exec_unless_stopping(
+        &self,
+        bin: &Path,
+        state: &OwnedFd,
+        exe: BorrowedFd<'_>,
+        home: &Path,
+    ) -> String {
+        use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+        let mut stops = SigSet::empty();
+        stops.add(Signal::SIGTERM);
+        stops.add(Signal::SIGINT);
+        let mut old = SigSet::empty();
+        let _ =
+            nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&stops), Some(&mut old));
+        let why = if self.inner.upgrade.stop_requested.load(Ordering::SeqCst) {
+            "a stop signal arrived during the handover: the daemon stops instead".to_string()
+        } else {
+            format!(
+                "execve {} failed: {}",
+                bin.display(),
+                probe::exec(bin, state.as_fd(), exe, home)
+            )
+        };
+        let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+        why
+    }
+
     /// The new code's start: the lease book from the journal with the incarnation kept, the
     /// handed PTYs adopted (readers, writers, waiters, timers), leases whose PTY did not come
-    /// along ended as `AgentRestarted`.
+    /// along ended as `AgentRestarted`. `fell_back`: this is the old code taking its shells back
+    /// from a new binary that could not resume, and why (recorded as the upgrade's failure).
     ///
     /// # Errors
     /// The journal's IO errors.
@@ -359,6 +430,7 @@ impl State {
         config: Config,
         journal_path: &Path,
         handover: Handover,
+        fell_back: Option<String>,
     ) -> std::io::Result<State> {
         let loaded = journal::load(journal_path)?;
         let mut table = LeaseTable::new(handover.incarnation, config.max_ended);
@@ -378,11 +450,19 @@ impl State {
         }
         table.end_previous_incarnations(now_ms());
         let state = State::with_table(config, table, journal_path, handover.started_ms)?;
-        let _ = state
-            .inner
-            .upgrade
-            .upgraded_from
-            .set(handover.from_version.clone());
+        match fell_back {
+            // The old code took the shells back: this is no upgrade, and the attempt failed.
+            Some(why) => state.note_upgrade_failure(format!(
+                "the new binary could not resume, so this agent took its shells back: {why}"
+            )),
+            None => {
+                let _ = state
+                    .inner
+                    .upgrade
+                    .upgraded_from
+                    .set(handover.from_version.clone());
+            }
+        }
         tracing::info!(
             from = %handover.from_version,
             ptys = handover.ptys.len(),

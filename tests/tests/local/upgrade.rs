@@ -38,8 +38,27 @@ fn script(home: &TestHome, name: &str, body: &str) -> PathBuf {
     path
 }
 
+fn agent_log(home: &TestHome) -> String {
+    std::fs::read_to_string(home.path().join("log/agent.log")).unwrap_or_default()
+}
+
 fn exe_of(pid: i32) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/exe")).unwrap()
+}
+
+/// The daemon's open descriptors other than sockets (connections come and go), as `/proc`
+/// names their targets without inode numbers (sorted).
+fn fds_of(pid: i32) -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.display().to_string())
+        .filter(|p| !p.starts_with("socket:"))
+        // Each process image makes its own pipes: their inode numbers differ.
+        .map(|p| p.split(":[").next().unwrap_or_default().to_string())
+        .collect();
+    fds.sort();
+    fds
 }
 
 fn alive(pid: i64) -> bool {
@@ -146,6 +165,23 @@ async fn relayctl_upgrade_swaps_the_code_under_live_shells() {
         "{shown}"
     );
     assert!(shown.contains("upgraded from:"), "{shown}");
+
+    // A second upgrade, named through a symlink: nothing piles up (the state file and the old
+    // binary are closed once the new code runs), and the symlink's target runs.
+    let after_one = fds_of(daemon);
+    assert!(
+        !after_one.iter().any(|f| f.contains("relay-handover")),
+        "the handed state was closed: {after_one:?}"
+    );
+    let again = agent_copy_in(&home, "relay-agent-again");
+    let link = home.path().join("next/current");
+    std::os::unix::fs::symlink(&again, &link).unwrap();
+    let out = home.relayctl(&["upgrade", "--to", link.to_str().unwrap(), "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(exe_of(daemon), again);
+    assert_eq!(live_leases(&home), before);
+    let after_two = fds_of(daemon);
+    assert_eq!(after_two, after_one, "nothing piles up across upgrades");
 
     // The old connection is gone; a new one continues each stream at exactly its offset.
     drop((job_h, count_h, sleep_h, session));
@@ -265,6 +301,24 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
         assert!(!out.status.success(), "{bin:?}: {said}");
         assert!(said.contains(why), "{bin:?}: wanted {why:?} in {said}");
     }
+    // A binary that hangs is given up after the probe's 10 s, with what it started.
+    let hang = script(&home, "hang", "sleep 61.25; echo late");
+    let out = home.relayctl(&["upgrade", "--to", hang.to_str().unwrap(), "--yes"]);
+    assert!(
+        text(&out).contains("did not answer within"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        std::process::Command::new("pgrep")
+            .args(["-f", "sleep 61.25"])
+            .output()
+            .unwrap()
+            .stdout
+            .is_empty(),
+        "the hung probe's children were ended"
+    );
+
     // Nothing installed yet, then the running version installed: nothing newer to take.
     let out = home.relayctl(&["upgrade", "--yes"]);
     assert!(
@@ -304,6 +358,10 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
     assert_eq!(live_leases(&home)[0].1, pid_of_shell, "the same shell");
     let status = text(&home.relayctl(&["status"]));
     assert!(status.contains("last upgrade:  failed:"), "{status}");
+    assert!(
+        agent_log(&home).contains("upgrade refused"),
+        "refusals are logged"
+    );
     drop(session);
     let session = home.session().await;
     let mut h = attach_from(&session, &echo, 0).await;
@@ -390,4 +448,96 @@ async fn a_host_pane_comes_back_by_itself_after_an_upgrade() {
     let mut want = vec![busy.binding, echo.binding];
     want.sort_by_key(|b| b.pty);
     assert_eq!(ptys, want, "the same two PTYs, nothing created");
+}
+
+/// A wrapper around the real agent whose `handover-check` first sleeps, so a signal can be sent
+/// while the handover is under way.
+fn slow_check(home: &TestHome) -> PathBuf {
+    let real = agent_copy_in(home, "relay-agent-real");
+    script(
+        home,
+        "slow-check",
+        &format!(
+            "[ \"$1\" = handover-check ] && sleep 2; exec {} \"$@\"",
+            real.display()
+        ),
+    )
+}
+
+/// SIGTERM during a handover is not lost: the daemon stops as it would have (its shells end,
+/// reported `agent restarted`), instead of handing over and forgetting the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_during_the_handover_stops_the_daemon_in_order() {
+    let home = TestHome::new();
+    let session = home.session().await;
+    let shell = session
+        .create(PaneKey::new("up", "t", "0"), sh("sleep 1000"))
+        .await
+        .unwrap()
+        .binding;
+    let daemon = home.daemon_pid().expect("daemon running");
+    let wrapper = slow_check(&home);
+    let ctl = home.command(&bins().relayctl);
+    let upgrade = tokio::task::spawn_blocking(move || {
+        let mut ctl = ctl;
+        ctl.args(["upgrade", "--to", wrapper.to_str().unwrap(), "--yes"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    });
+    relay_tests::eventually("the handover under way", || {
+        agent_log(&home).contains("upgrade accepted").then_some(())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = upgrade.await.unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    relay_tests::eventually("the daemon stopped", || {
+        (!alive(daemon as i64)).then_some(())
+    });
+    let log = agent_log(&home);
+    assert!(log.contains("SIGTERM received during the upgrade"), "{log}");
+    assert!(log.contains("daemon stopped"), "an orderly stop: {log}");
+    drop(session);
+    home.start_daemon();
+    let rows = home.leases_json();
+    let row = lease(&rows, &shell);
+    assert_eq!(row["state"], "ended", "{row}");
+    assert_eq!(row["reason"], "agent_restarted", "{row}");
+}
+
+/// A daemon started with a relative `RELAY_HOME` (it runs in `/`) upgrades like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_started_with_a_relative_home_upgrades_too() {
+    let home = TestHome::new();
+    let (parent, name) = (
+        home.path().parent().unwrap(),
+        home.path().file_name().unwrap(),
+    );
+    let started = home
+        .command(&bins().agent)
+        .arg("daemon")
+        .env("RELAY_HOME", name)
+        .current_dir(parent)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", text(&started));
+    let session = home.session().await;
+    let shell = session
+        .create(PaneKey::new("up", "rel", "0"), sh("sleep 1000"))
+        .await
+        .unwrap()
+        .binding;
+    let daemon = home.daemon_pid().expect("daemon running");
+    let pid = live_leases(&home)[0].1;
+    let next = agent_copy_in(&home, "relay-agent-next");
+    let out = home.relayctl(&["upgrade", "--to", next.to_str().unwrap(), "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(exe_of(daemon), next);
+    assert_eq!(live_leases(&home), vec![(shell.pty.to_string(), pid)]);
 }

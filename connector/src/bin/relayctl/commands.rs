@@ -91,14 +91,22 @@ pub async fn connect(cli: &Cli, destination: &Destination) -> anyhow::Result<Ses
     }
 }
 
+/// The error of [`connect`] when no agent runs (its message says where and what starts one).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoAgentRunning(String);
+
 /// "no agent running", with where and what starts one (tmux says "no server running").
 fn no_agent(destination: &Destination) -> anyhow::Error {
+    anyhow::Error::new(NoAgentRunning(no_agent_text(destination)))
+}
+
+fn no_agent_text(destination: &Destination) -> String {
     match destination {
-        Destination::Local => anyhow::anyhow!(
-            "no agent running on this machine (relayctl never starts one; `relay shell --local` \
-             does)"
-        ),
-        Destination::Host(host) => anyhow::anyhow!(
+        Destination::Local => "no agent running on this machine (relayctl never starts one; \
+                               `relay shell --local` does)"
+            .to_string(),
+        Destination::Host(host) => format!(
             "no agent running on {host} (relayctl never starts one; `relay shell {host}` with \
              the same ssh options does)"
         ),

@@ -1,7 +1,8 @@
 //! `relayctl upgrade`: order a live upgrade, then connect again and say what runs now.
 //!
 //! Success is judged by what the agent reports after the handover, not by the order's answer:
-//! the same pid, no upgrade in progress, the named binary running, no failure recorded.
+//! the same pid, no upgrade in progress, no failure recorded (the old code records one whenever
+//! it serves on or takes its shells back; the new code starts without).
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use relay_connector::Session;
 use relay_protocol::message::UpgradeReport;
 use relay_protocol::Capability;
 
-use crate::commands::connect;
+use crate::commands::{connect, NoAgentRunning};
 use crate::common::destination::Destination;
 use crate::confirm::confirm;
 use crate::output;
@@ -19,6 +20,8 @@ use crate::{Cli, Outcome};
 /// How long the agent may take to serve again after the order (settling, the probe of the
 /// state, `execve`, the new code's start).
 const BACK_WITHIN: Duration = Duration::from_secs(30);
+/// How long the order itself may take: the agent runs the new binary first (up to 10 s).
+const ORDER_WITHIN: Duration = Duration::from_secs(30);
 
 /// Runs `relayctl upgrade` (see the command's help).
 pub async fn upgrade(
@@ -66,8 +69,9 @@ pub async fn upgrade(
         output::note!("nothing done");
         return Ok(Outcome::NotAllDone);
     }
-    let started = session.upgrade(to, force).await?;
-    drop(session);
+    let order = session.with_request_timeout(Some(cli.timeout.max(ORDER_WITHIN)));
+    let started = order.upgrade(to, force).await?;
+    drop((order, session));
     let after = wait_for_new_code(cli, destination, before.pid).await?;
     let (status, now) = after;
     if status.pid != before.pid {
@@ -78,18 +82,12 @@ pub async fn upgrade(
             before.pid
         );
     }
+    // The new code is a fresh process image that has recorded no failure; the old code that
+    // serves on (or took its shells back) records why the handover did not happen.
     if let Some(why) = &now.last_failure {
         output::note!(
             "relayctl: upgrade failed, agent {} keeps serving every shell: {why}",
             now.running.version
-        );
-        return Ok(Outcome::NotAllDone);
-    }
-    if now.running.path != started.to.path {
-        output::note!(
-            "relayctl: the new agent could not take over; the old one ({}) took the shells back \
-             and serves them (see agent.log)",
-            now.running.path
         );
         return Ok(Outcome::NotAllDone);
     }
@@ -115,6 +113,13 @@ async fn wait_for_new_code(
                 return Ok((status, report))
             }
             Ok(_) => last_error = None,
+            // The socket is still there during a handover (connections wait in its backlog):
+            // nothing listening means the process is gone, and its shells with it.
+            Err(e) if e.downcast_ref::<NoAgentRunning>().is_some() => anyhow::bail!(
+                "the agent process on {destination} is gone: the new binary did not take over \
+                 and the shells ended with the process (they are listed as `agent restarted` \
+                 once an agent runs again); see its agent.log"
+            ),
             Err(e) => last_error = Some(e),
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
