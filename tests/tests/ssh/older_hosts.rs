@@ -77,7 +77,7 @@ async fn a_noexec_install_directory_is_named_before_any_upload() {
 /// agent setting at all finds the portable agent next to its own build, deploys it and runs a
 /// shell there. The portable agent is made older than the native build first (sources changed
 /// since the script ran): the native one is then preferred, and since this host cannot run it,
-/// the portable one is deployed after all.
+/// the portable one is deployed after all. Then a live upgrade on that host keeps the shell.
 #[test]
 fn relay_shell_runs_on_a_debian_11_host_with_the_portable_agent() {
     let agents = portable_agents().unwrap();
@@ -144,4 +144,47 @@ fn relay_shell_runs_on_a_debian_11_host_with_the_portable_agent() {
         local_sha256(&portable),
         "the portable agent was deployed"
     );
+
+    // Live upgrade there, over SSH, with `relay shell` attached: the daemon hands its shell to
+    // the installed binary (named, so the same version is allowed) in the same process, and the
+    // shell comes back in `relay shell` by itself.
+    let remote_home = rt.block_on(host.exec("echo $HOME")).unwrap().stdout;
+    let installed = format!("{}/.relay/bin/{}", remote_home.trim(), uploaded[0].0);
+    let relayctl = |args: &[&str]| {
+        let ssh = [
+            "--ssh",
+            &host.destination(),
+            "-F",
+            config.to_str().unwrap(),
+            "-i",
+            &key,
+        ];
+        home.command(&bins().relayctl)
+            .args(ssh.iter().chain(args))
+            .env("SSH_AUTH_SOCK", "")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = relayctl(&["upgrade", "--to", &installed, "--yes"]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("1 shell(s) handed over"), "{said}");
+    let status = relayctl(&["status"]);
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(status.contains("upgraded from:"), "{status}");
+    run.type_text("echo after=$((50+8))\r");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !run.screen().contains("after=58") {
+        assert!(
+            Instant::now() < deadline,
+            "the shell did not come back after the upgrade: {:?}",
+            run.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
