@@ -1,0 +1,83 @@
+//! What a live upgrade ([`crate::handover`]) needs of a PTY: holding off its reaping, stopping
+//! and restarting its reader, and the parts that cross `execve`.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::Pty;
+
+impl Pty {
+    /// Bytes of input queued and not yet written to the PTY.
+    pub fn pending_input(&self) -> usize {
+        self.pending_input.load(Ordering::Acquire)
+    }
+
+    /// The master descriptor (to hand across `execve`).
+    pub fn master(&self) -> BorrowedFd<'_> {
+        self.master.as_fd()
+    }
+
+    /// Holds off reaping: the guard of the reap lock while the child is not reaped yet (its pid
+    /// is still ours), `None` once it was reaped.
+    pub fn hold_unreaped(&self) -> Option<MutexGuard<'_, bool>> {
+        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        (!*reaped).then_some(reaped)
+    }
+
+    /// Waits for the reader thread to return after [`pty_io::stop_readers`]. Returns whether
+    /// output can still come (`false`: the reader had seen the end of output).
+    pub fn join_reader(&self) -> bool {
+        let handle = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let eof = handle.and_then(|h| h.join().ok().flatten());
+        let running = eof.is_some();
+        *self.parked_eof.lock().unwrap_or_else(|p| p.into_inner()) = eof;
+        running
+    }
+
+    /// Starts the reader again after [`Pty::join_reader`] (a handover that did not happen).
+    pub fn restart_reader(&self) {
+        let eof = self
+            .parked_eof
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(eof) = eof {
+            if let Err(e) = self.start_reader(eof) {
+                tracing::error!(binding = %self.binding, "could not restart the PTY reader: {e}");
+            }
+        }
+    }
+
+    /// What a handover carries of this PTY besides its lease (readers stopped: the ring is
+    /// final). Copies the ring and renders the model's snapshot.
+    pub fn parts_for_handover(&self) -> crate::handover::HandedPty {
+        let (ring_start, ring_capacity, ring_bytes) = {
+            let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+            (ring.start(), ring.capacity() as u64, ring.to_vec())
+        };
+        let screen = self
+            .screen
+            .as_ref()
+            .map(|feed| feed.screen.for_handover(&feed.ring));
+        crate::handover::HandedPty {
+            binding: self.binding.clone(),
+            pid: self.pid,
+            master_fd: std::os::fd::AsRawFd::as_raw_fd(&self.master),
+            size: self.size(),
+            ring_start,
+            ring_capacity,
+            ring: ring_bytes,
+            screen,
+            start_ticks: self.start_ticks,
+            last_output_ms: self.last_output_ms.load(Ordering::Relaxed),
+            last_input_ms: self.last_input_ms.load(Ordering::Relaxed),
+            superseded: self.is_superseded(),
+            input_seq: self
+                .input_seq
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+}
