@@ -103,6 +103,17 @@ pub fn check(bin: &Path, state: BorrowedFd<'_>, ptys: usize) -> Result<(), Strin
 /// Runs `bin args`, stdin from /dev/null, with [`PROBE_TIMEOUT`]; returns its stdout.
 fn run(bin: &Path, args: &[&OsStr]) -> Result<String, String> {
     let shown = bin.display();
+    if let Ok(meta) = std::fs::metadata(bin) {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.is_dir() {
+            return Err(format!("{shown} is a directory, not an agent binary"));
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            return Err(format!(
+                "{shown} is not executable (chmod +x it if it is an agent)"
+            ));
+        }
+    }
     let mut child = Command::new(bin)
         .args(args)
         // Its own group, so a timeout ends what it started too.
@@ -137,6 +148,7 @@ fn run(bin: &Path, args: &[&OsStr]) -> Result<String, String> {
     if !status.success() {
         let said = stderr.trim();
         let said = if said.is_empty() { stdout.trim() } else { said };
+        let said = if said.is_empty() { "(no output)" } else { said };
         return Err(format!(
             "{shown} failed ({status}): {}",
             crate::logging::plain(said)

@@ -114,9 +114,12 @@ pub enum Refusal {
     },
     /// Relay picked the newest installed binary and it is what runs.
     #[error(
-        "already running the newest installed agent ({running}); name another binary with --to"
+        "already running the newest installed agent: {path} is agent {running}, the running \
+         version; name another binary with --to, or pass --force to hand over to it anyway"
     )]
     NothingNewer {
+        /// The installed binary (its own answer, not its name, gave the version).
+        path: String,
         /// Running version.
         running: String,
     },
@@ -151,6 +154,7 @@ pub fn decide(
             running: running.to_string(),
         }),
         Ordering::Equal if !named && !force => Err(Refusal::NothingNewer {
+            path,
             running: running.to_string(),
         }),
         _ => Ok(()),

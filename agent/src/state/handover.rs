@@ -147,13 +147,13 @@ impl State {
     pub async fn upgrade(&self, req: Upgrade) -> Result<UpgradeStarted, ErrorReply> {
         let result = self.accept_upgrade(req).await;
         if let Err(e) = &result {
-            tracing::warn!("upgrade refused: {e}");
+            tracing::warn!("{e}");
             *self
                 .inner
                 .upgrade
                 .last_failure
                 .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(format!("refused: {e}"));
+                .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
         }
         result
     }

@@ -282,8 +282,12 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
         "older",
         "echo 'relay-agent 0.0.1 handover-state 1-1'",
     );
-    let refusals: [(&Path, &[&str], &str); 4] = [
+    let plain = home.path().join("plain-file");
+    std::fs::write(&plain, b"not a program").unwrap();
+    let refusals: [(&Path, &[&str], &str); 6] = [
         (&garbage, &[], "could not run"),
+        (home.path(), &[], "is a directory"),
+        (&plain, &[], "is not executable"),
         (&other_state, &[], "reads handover states 7..=9"),
         (&older, &[], "pass --force"),
         // Relative to relayctl's directory (the test's): not there.
@@ -332,7 +336,8 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
     std::fs::copy(&bins().agent, installed.join(&name)).unwrap();
     let out = home.relayctl(&["upgrade", "--yes"]);
     assert!(
-        text(&out).contains("already running the newest installed agent"),
+        text(&out).contains("already running the newest installed agent")
+            && text(&out).contains("--force"),
         "{}",
         text(&out)
     );

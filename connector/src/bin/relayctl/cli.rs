@@ -137,15 +137,17 @@ pub enum Command {
         yes: bool,
     },
     /// Swap the running agent's code under its shells (live upgrade): the daemon hands every
-    /// PTY to the newest agent installed in ~/.relay/bin (or the binary named by --to) in the
+    /// PTY to the newest agent installed in $RELAY_HOME/bin (or the binary named by --to) in the
     /// same process. Shells, their pids, PTY ids and output offsets stay; clients reconnect by
     /// themselves. The new binary is checked first: one that cannot run or cannot read the
     /// daemon's state is refused and the daemon keeps serving. Asks first.
     Upgrade {
-        /// The agent binary to hand over to: an absolute path on the agent's host.
-        #[arg(long, value_name = "AGENT_BINARY")]
+        /// The agent binary to hand over to: a path on the agent's host (absolute with --ssh;
+        /// for the local agent a relative one is taken from the current directory). Without
+        /// it: the newest agent in the agent's $RELAY_HOME/bin (default ~/.relay/bin).
+        #[arg(long, value_name = "AGENT_BINARY", value_parser = clap::builder::NonEmptyStringValueParser::new())]
         to: Option<String>,
-        /// Allow a downgrade to an older version.
+        /// Allow a downgrade to an older version, or the running version from $RELAY_HOME/bin.
         #[arg(long)]
         force: bool,
         /// Do not ask (needed when stdin is not a terminal).

@@ -57,12 +57,15 @@ pub async fn upgrade(
     let target = match (&to, &report.newest_installed) {
         (Some(path), _) => path.clone(),
         (None, Some(n)) => format!("{} ({})", n.version, n.path),
-        (None, None) => "the newest installed agent (none is installed)".into(),
+        (None, None) => anyhow::bail!(
+            "no agent is installed on {destination} (in the agent's $RELAY_HOME/bin, where relay \
+             deploys one over SSH); name a binary with --to"
+        ),
     };
     let running = before.leases.attached + before.leases.detached + before.leases.superseded;
     let question = format!(
-        "hand {running} running shell(s) of agent {} (pid {}) on {destination} to {target}? The \
-         shells keep running; clients reconnect",
+        "hand {running} running shell(s) of agent {} (pid {}) on {destination} to {target}?\n\
+         (the shells keep running; clients reconnect)",
         report.running.version, before.pid
     );
     if !confirm(&question, yes).await? {
