@@ -25,14 +25,12 @@ impl Pty {
         (!*reaped).then_some(reaped)
     }
 
-    /// Waits for the reader thread to return after [`pty_io::stop_readers`]. Returns whether
-    /// output can still come (`false`: the reader had seen the end of output).
-    pub fn join_reader(&self) -> bool {
+    /// Waits for the reader thread to return after [`crate::pty_io::stop_readers`], keeping its
+    /// end-of-output sender for [`Pty::restart_reader`] (none when it had seen the end of output).
+    pub fn join_reader(&self) {
         let handle = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
         let eof = handle.and_then(|h| h.join().ok().flatten());
-        let running = eof.is_some();
         *self.parked_eof.lock().unwrap_or_else(|p| p.into_inner()) = eof;
-        running
     }
 
     /// Starts the reader again after [`Pty::join_reader`] (a handover that did not happen).

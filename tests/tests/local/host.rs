@@ -18,7 +18,7 @@ fn host(home: &TestHome) -> Host {
 }
 
 /// The lines `line-N` in `text`, as numbers, in order.
-fn numbered(text: &str) -> Vec<u64> {
+pub(super) fn numbered(text: &str) -> Vec<u64> {
     text.lines()
         .filter_map(|l| l.trim_end().strip_prefix("line-")?.parse().ok())
         .collect()

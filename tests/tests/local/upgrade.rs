@@ -38,6 +38,21 @@ fn script(home: &TestHome, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// `relayctl upgrade --to BIN --yes` on a blocking thread, so the test's runtime keeps reading
+/// panes (or sends a signal) meanwhile.
+fn upgrade_in_background(
+    home: &TestHome,
+    bin: &Path,
+) -> tokio::task::JoinHandle<std::process::Output> {
+    let mut ctl = home.command(&bins().relayctl);
+    ctl.arg("upgrade")
+        .arg("--to")
+        .arg(bin)
+        .arg("--yes")
+        .stdin(std::process::Stdio::null());
+    tokio::task::spawn_blocking(move || ctl.output().unwrap())
+}
+
 fn agent_log(home: &TestHome) -> String {
     std::fs::read_to_string(home.path().join("log/agent.log")).unwrap_or_default()
 }
@@ -409,16 +424,7 @@ async fn a_host_pane_comes_back_by_itself_after_an_upgrade() {
         .unwrap();
 
     let next = agent_copy_in(&home, "relay-agent-next");
-    let ctl = home.command(&bins().relayctl);
-    let done = tokio::task::spawn_blocking(move || {
-        let mut ctl = ctl;
-        ctl.args(["upgrade", "--to", next.to_str().unwrap(), "--yes"])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let done = upgrade_in_background(&home, &next).await.unwrap();
     assert!(done.status.success(), "{}", text(&done));
 
     read_until(&mut pane, &mut out, LIVENESS, |c| c.resumed.len() == 1)
@@ -429,11 +435,7 @@ async fn a_host_pane_comes_back_by_itself_after_an_upgrade() {
         .await
         .unwrap();
     assert!(out.gaps.is_empty(), "{:?}", out.gaps);
-    let lines: Vec<u64> = out
-        .text()
-        .lines()
-        .filter_map(|l| l.trim_end().strip_prefix("line-")?.parse().ok())
-        .collect();
+    let lines = super::host::numbered(&out.text());
     assert_eq!(
         lines,
         (0..lines.len() as u64).collect::<Vec<_>>(),
@@ -482,14 +484,7 @@ async fn a_sigterm_during_the_handover_stops_the_daemon_in_order() {
         .binding;
     let daemon = home.daemon_pid().expect("daemon running");
     let wrapper = slow_check(&home);
-    let ctl = home.command(&bins().relayctl);
-    let upgrade = tokio::task::spawn_blocking(move || {
-        let mut ctl = ctl;
-        ctl.args(["upgrade", "--to", wrapper.to_str().unwrap(), "--yes"])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
-    });
+    let upgrade = upgrade_in_background(&home, &wrapper);
     relay_tests::eventually("the handover under way", || {
         agent_log(&home).contains("upgrade accepted").then_some(())
     });
