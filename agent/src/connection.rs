@@ -141,6 +141,9 @@ fn short(s: &str) -> String {
     }
 }
 
+/// How often a connection lets go of the subscriptions of PTYs that ended.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
+
 /// Reads and dispatches requests until the connection must close; returns why. Malformed input is
 /// logged here at warn level.
 async fn read_loop(
@@ -148,9 +151,15 @@ async fn read_loop(
     session: &mut Session,
     out: &mpsc::Sender<Message>,
 ) -> String {
+    let mut prune = tokio::time::interval(PRUNE_EVERY);
+    prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let next = tokio::select! {
             next = frames.next() => next,
+            _ = prune.tick() => {
+                session.prune_finished();
+                continue;
+            }
             Some(opened) = session.next_opened() => {
                 // Subscribed here, before the reply, so later requests see the subscription.
                 let (id, reply) = session.finish_open(opened);

@@ -159,10 +159,7 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
     let result = (|| {
         let config = Config::from_env().map_err(anyhow::Error::msg)?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .thread_name("relay-agent")
-            .build()?;
+        let rt = runtime()?;
         let result = rt.block_on(serve(paths, config, &mut ready, _lock.as_raw_fd()));
         rt.shutdown_timeout(std::time::Duration::from_secs(1));
         result
@@ -315,10 +312,7 @@ pub fn resume(
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
     let config = Config::from_env().map_err(back)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("relay-agent")
-        .build()?;
+    let rt = runtime()?;
     let mut handed = Some((state_fd, fallback));
     let result = rt.block_on(async {
         let term = tokio_signal(SignalKind::terminate())?;
@@ -382,4 +376,22 @@ fn unblock_stop_signals() {
     stops.add(Signal::SIGTERM);
     stops.add(Signal::SIGINT);
     let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&stops), None);
+}
+
+/// Runtime threads at most, whatever the host's core count: the daemon's work is IO and short
+/// bursts, and PTYs cost no threads of their own (`pty.rs`).
+const MAX_WORKERS: usize = 4;
+/// Blocking-pool threads at most: spawns, reaps, exits, snapshots, upgrade probes — each short;
+/// more queue (tokio's default, 512, would let a mass exit start hundreds of threads).
+const MAX_BLOCKING: usize = 32;
+
+/// The daemon's runtime: a bounded number of threads however many PTYs it serves.
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(cores.clamp(1, MAX_WORKERS))
+        .max_blocking_threads(MAX_BLOCKING)
+        .thread_name("relay-agent")
+        .build()
 }

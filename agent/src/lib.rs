@@ -73,6 +73,7 @@ pub mod paths;
 pub mod procfs;
 pub mod pty;
 pub mod pty_io;
+pub mod reaper;
 pub mod ring;
 pub mod screen;
 pub mod server;

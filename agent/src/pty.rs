@@ -1,17 +1,21 @@
-//! One PTY and its process: spawning, the reader and waiter threads, input, resize, signals, kill.
+//! One PTY and its process: spawning, the reader, writer and waiter tasks, input, resize,
+//! signals, kill.
 //!
 //! A PTY is its master descriptor plus its child's pid ([`pty_io`] does the raw operations), so
 //! one path serves a PTY spawned here and one handed over by the daemon this one replaced
 //! ([`Pty::assemble`], [`crate::handover`]).
 //!
-//! Threads per PTY (reads and waits block):
+//! A PTY costs no thread of its own (1,000 idle panes must not mean 3,000 threads): its master
+//! is non-blocking and registered once with the daemon's tokio reactor ([`AsyncFd`]), and three
+//! tasks serve it (`pty_tasks.rs`):
 //! - **reader**: always drains the PTY into the replay [`Ring`] and publishes the new end offset
 //!   on a `watch` channel ([`Progress`]); it never waits for a client (rule F).
-//! - **writer**: owns the PTY writer for the PTY's whole life (dropping it would type `^D`) and
-//!   writes queued input, so a shell that does not read its input never blocks the daemon.
-//! - **waiter**: waits for the child to exit *without reaping it* (`waitid(WNOWAIT)`), then
-//!   reaps it under the reap lock, waits for reader EOF (bounded by a short grace so a background
-//!   process holding the terminal cannot delay it), and hands the status to the daemon.
+//! - **writer**: writes queued input when the terminal takes it, so a shell that does not read
+//!   its input never blocks the daemon.
+//! - **waiter**: waits for the child to exit *without reaping it* ([`crate::reaper`], one
+//!   `SIGCHLD` listener for all PTYs), then reaps it under the reap lock, waits for reader EOF
+//!   (bounded by a short grace so a background process holding the terminal cannot delay it),
+//!   and hands the status to the daemon.
 //!
 //! Killing is race-free against pid reuse: signals are only sent while holding the reap lock and
 //! only if the child has not been reaped, so the pid (and its process group, whose leader it is)
@@ -19,22 +23,21 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
 use portable_pty::{native_pty_system, PtySize};
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, TermSize};
-use tokio::sync::watch;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 
 use crate::counters::CounterNote;
 use crate::input_seq::{Applied, WriterTable};
 use crate::pty_io;
 use crate::ring::Ring;
-use crate::screen::{worker, PtyScreen, ScreenFeed};
+use crate::screen::{PtyScreen, ScreenFeed};
 use crate::shell;
 
 #[path = "pty_kill.rs"]
@@ -42,6 +45,9 @@ pub mod kill;
 
 #[path = "pty_handover.rs"]
 mod handover;
+
+#[path = "pty_tasks.rs"]
+mod tasks;
 
 /// How an ended PTY is announced to subscribers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,9 +75,10 @@ pub struct Progress {
 pub struct Pty {
     binding: Binding,
     pid: u32,
-    /// The PTY's master side (the reader and writer threads use duplicates of it).
-    master: OwnedFd,
-    input: mpsc::Sender<Vec<u8>>,
+    /// The PTY's master side, non-blocking, registered with the reactor (the reader and writer
+    /// tasks share it).
+    master: Arc<AsyncFd<OwnedFd>>,
+    input: mpsc::UnboundedSender<Vec<u8>>,
     pending_input: Arc<AtomicUsize>,
     /// Last `InputSeq` seq applied per writer; its lock also covers the enqueue of that input.
     input_seq: Mutex<WriterTable>,
@@ -95,11 +102,11 @@ pub struct Pty {
     screen: Option<ScreenFeed>,
     /// Output counters changed since they were journaled (see [`crate::counters`]).
     counters: Arc<CounterNote>,
-    /// The reader thread; it returns its end-of-output sender when it was stopped for a
+    /// The reader task; it returns its end-of-output sender when it was stopped for a
     /// handover (`None` once output ended).
-    reader: Mutex<Option<JoinHandle<Option<mpsc::Sender<()>>>>>,
+    reader: Mutex<Option<JoinHandle<Option<oneshot::Sender<()>>>>>,
     /// A stopped reader's end-of-output sender, kept to start it again ([`Pty::restart_reader`]).
-    parked_eof: Mutex<Option<mpsc::Sender<()>>>,
+    parked_eof: Mutex<Option<oneshot::Sender<()>>>,
 }
 
 /// A PTY whose waiter is not started yet (the daemon first records the lease).
@@ -108,7 +115,7 @@ pub struct Spawned {
     pub pty: Arc<Pty>,
     /// Recorded command line.
     pub command: Vec<String>,
-    eof: mpsc::Receiver<()>,
+    eof: oneshot::Receiver<()>,
 }
 
 /// What makes a running PTY: a fresh spawn's, or what a handover carried across `execve`.
@@ -221,12 +228,13 @@ impl Pty {
         Ok(spawned)
     }
 
-    /// Starts the reader and writer threads of a PTY made of `parts` (a fresh spawn, or one
+    /// Starts the reader and writer tasks of a PTY made of `parts` (a fresh spawn, or one
     /// handed over: the reader continues at the ring's end offset). The waiter is started by
-    /// [`Spawned::start_waiter`] once the lease is recorded.
+    /// [`Spawned::start_waiter`] once the lease is recorded. Must run within the daemon's tokio
+    /// runtime.
     ///
     /// # Errors
-    /// Duplicating the master descriptor for the threads failed (out of descriptors).
+    /// No runtime, or the master could not be made non-blocking or registered with the reactor.
     pub fn assemble(parts: PtyParts, counters: Arc<CounterNote>) -> std::io::Result<Spawned> {
         let PtyParts {
             binding,
@@ -241,9 +249,14 @@ impl Pty {
             superseded,
             input_seq,
         } = parts;
-        let writer = master.try_clone()?;
-        let (input, input_rx) = mpsc::channel::<Vec<u8>>();
-        let (eof_tx, eof) = mpsc::channel::<()>();
+        tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        pty_io::set_nonblocking(master.as_fd(), true)?;
+        // Safety: the `OwnedFd` is open and owned by the `AsyncFd` for its whole life; its
+        // descriptor number does not change.
+        let master = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
+        let master = Arc::new(master);
+        let (input, input_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (eof_tx, eof) = oneshot::channel::<()>();
         let ring = Arc::new(Mutex::new(ring));
         let screen = screen.map(|screen| ScreenFeed {
             screen: Arc::new(screen),
@@ -272,8 +285,8 @@ impl Pty {
             reader: Mutex::new(None),
             parked_eof: Mutex::new(None),
         });
-        pty.start_reader(eof_tx)?;
-        pty.start_writer(writer, input_rx);
+        pty.start_reader(eof_tx);
+        pty.start_writer(input_rx);
         Ok(Spawned {
             pty,
             command: Vec::new(),
@@ -409,8 +422,10 @@ impl Pty {
             });
         }
         crate::limits::check_size(size)?;
-        pty_io::set_size(self.master.as_fd(), size).map_err(|e| ErrorReply::Internal {
-            message: format!("resize of {} failed: {e}", self.binding),
+        pty_io::set_size(self.master.get_ref().as_fd(), size).map_err(|e| {
+            ErrorReply::Internal {
+                message: format!("resize of {} failed: {e}", self.binding),
+            }
         })?;
         *self.size.lock().unwrap_or_else(|p| p.into_inner()) = size;
         if let Some(feed) = &self.screen {
@@ -430,7 +445,8 @@ impl Pty {
         if *reaped {
             return Ok(());
         }
-        let group = pty_io::foreground_group(self.master.as_fd()).unwrap_or(self.pid as i32);
+        let group =
+            pty_io::foreground_group(self.master.get_ref().as_fd()).unwrap_or(self.pid as i32);
         let _ = killpg(Pid::from_raw(group), sig);
         Ok(())
     }
@@ -452,113 +468,6 @@ impl Pty {
                 event_key: p.end,
             })
         });
-    }
-
-    fn start_reader(&self, eof: mpsc::Sender<()>) -> std::io::Result<()> {
-        let master = self.master.try_clone()?;
-        let ring = Arc::clone(&self.ring);
-        let progress = self.progress.clone();
-        let last = Arc::clone(&self.last_output_ms);
-        let screen = self.screen.clone();
-        let counters = Arc::clone(&self.counters);
-        let name = format!("relay-read-{}", self.binding.pty.counter);
-        let spawned = thread::Builder::new().name(name).spawn(move || {
-            // Dropped on return at the end of output: tells the waiter that output is finished.
-            // Handed back when stopped for a handover.
-            let eof = eof;
-            let mut buf = vec![0u8; 64 * 1024];
-            // This thread is the ring's only writer: it knows the end without locking.
-            let (capacity, mut end) = {
-                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-                (ring.capacity(), ring.end())
-            };
-            loop {
-                match pty_io::read(master.as_fd(), &mut buf) {
-                    Ok(pty_io::Read::Data(n)) => {
-                        if let Some(feed) = &screen {
-                            feed.screen.before_append(&ring, end, capacity, n);
-                        }
-                        end = {
-                            let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-                            ring.append(&buf[..n]);
-                            ring.end()
-                        };
-                        last.store(crate::now_ms(), Ordering::Relaxed);
-                        progress.send_modify(|p| p.end = end);
-                        counters.note();
-                        if let Some(feed) = &screen {
-                            worker::request_catch_up(feed);
-                        }
-                    }
-                    Ok(pty_io::Read::Stopped) => return Some(eof),
-                    Ok(pty_io::Read::Eof) | Err(_) => return None,
-                }
-            }
-        })?;
-        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(spawned);
-        Ok(())
-    }
-
-    fn start_writer(&self, writer: OwnedFd, input: mpsc::Receiver<Vec<u8>>) {
-        let pending = Arc::clone(&self.pending_input);
-        let name = format!("relay-write-{}", self.binding.pty.counter);
-        let spawned = thread::Builder::new().name(name).spawn(move || {
-            // Ends when the Pty (holding the sender) is dropped.
-            for data in input {
-                // A failed write means the PTY is gone; keep draining so accounting stays right.
-                let _ = pty_io::write_all(writer.as_fd(), &data);
-                pending.fetch_sub(data.len(), Ordering::AcqRel);
-            }
-        });
-        if let Err(e) = spawned {
-            tracing::error!("could not start a PTY writer thread: {e}");
-        }
-    }
-}
-
-impl Spawned {
-    /// Starts the waiter thread. `on_exit` runs once, after the child was reaped and its output
-    /// finished (or the grace passed); it must update the lease and call [`Pty::publish_exit`].
-    pub fn start_waiter(
-        self,
-        output_grace: Duration,
-        on_exit: impl FnOnce(ExitStatus) + Send + 'static,
-    ) {
-        let Spawned { pty, eof, .. } = self;
-        let name = format!("relay-wait-{}", pty.binding.pty.counter);
-        let spawned = thread::Builder::new().name(name).spawn(move || {
-            let pid = Pid::from_raw(pty.pid as i32);
-            // Wait for the exit without reaping, so the pid stays ours while signals may be sent.
-            while let Err(nix::errno::Errno::EINTR) =
-                waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
-            {}
-            let status = {
-                let mut reaped = pty.reaped.lock().unwrap_or_else(|p| p.into_inner());
-                let status = pty_io::reap(pty.pid);
-                *reaped = true;
-                status
-            };
-            let status = match status {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(binding = %pty.binding, "could not read the exit status: {e}");
-                    ExitStatus {
-                        code: 1,
-                        signal: None,
-                    }
-                }
-            };
-            // Output finished (reader EOF) or the grace passed.
-            let _ = eof.recv_timeout(output_grace);
-            // Events up to the exit are recorded before `Exited` can go out.
-            if let Some(feed) = &pty.screen {
-                feed.screen.catch_up(&feed.ring);
-            }
-            on_exit(status);
-        });
-        if let Err(e) = spawned {
-            tracing::error!("could not start a PTY waiter thread: {e}");
-        }
     }
 }
 

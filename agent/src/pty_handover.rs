@@ -15,7 +15,7 @@ impl Pty {
 
     /// The master descriptor (to hand across `execve`).
     pub fn master(&self) -> BorrowedFd<'_> {
-        self.master.as_fd()
+        self.master.get_ref().as_fd()
     }
 
     /// Holds off reaping: the guard of the reap lock while the child is not reaped yet (its pid
@@ -25,11 +25,15 @@ impl Pty {
         (!*reaped).then_some(reaped)
     }
 
-    /// Waits for the reader thread to return after [`crate::pty_io::stop_readers`], keeping its
+    /// Waits for the reader task to return after [`crate::pty_io::stop_readers`], keeping its
     /// end-of-output sender for [`Pty::restart_reader`] (none when it had seen the end of output).
+    /// Blocks: call it on a blocking thread of the daemon's runtime, never from a task.
     pub fn join_reader(&self) {
         let handle = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let eof = handle.and_then(|h| h.join().ok().flatten());
+        let eof = handle.and_then(|h| {
+            let runtime = tokio::runtime::Handle::try_current().ok()?;
+            runtime.block_on(h).ok().flatten()
+        });
         *self.parked_eof.lock().unwrap_or_else(|p| p.into_inner()) = eof;
     }
 
@@ -41,9 +45,7 @@ impl Pty {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(eof) = eof {
-            if let Err(e) = self.start_reader(eof) {
-                tracing::error!(binding = %self.binding, "could not restart the PTY reader: {e}");
-            }
+            self.start_reader(eof);
         }
     }
 
@@ -61,7 +63,7 @@ impl Pty {
         crate::handover::HandedPty {
             binding: self.binding.clone(),
             pid: self.pid,
-            master_fd: std::os::fd::AsRawFd::as_raw_fd(&self.master),
+            master_fd: std::os::fd::AsRawFd::as_raw_fd(self.master.get_ref()),
             size: self.size(),
             ring_start,
             ring_capacity,

@@ -1,5 +1,6 @@
-//! A PTY master as a plain descriptor: reading (stoppable for a live upgrade), writing, the
-//! window size, the foreground process group, and the child's exit status.
+//! A PTY master as a plain descriptor: non-blocking reads and writes, the readers' stop signal
+//! for a live upgrade, the window size, the foreground process group, and the child's exit
+//! status.
 //!
 //! The daemon keeps only the master's descriptor (not portable-pty's handles) so that one code
 //! path serves a PTY it spawned and one it was handed across `execve` by the daemon it replaced
@@ -8,14 +9,53 @@
 //! same way (`TIOCSWINSZ`, `tcgetpgrp`, exit statuses with `strsignal` names).
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
 
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use relay_protocol::{ExitStatus, TermSize};
+use tokio::sync::watch;
+
+/// The daemon-wide stop signal of the PTY readers (a live upgrade stops them all, so the rings
+/// are final while the state is written): `true` while they should stay stopped.
+fn stop_flag() -> &'static watch::Sender<bool> {
+    static STOP: OnceLock<watch::Sender<bool>> = OnceLock::new();
+    STOP.get_or_init(|| watch::Sender::new(false))
+}
+
+/// Makes every PTY reader return before its next read (bytes not read yet stay in the kernel's
+/// buffer, for whoever reads next).
+pub fn stop_readers() {
+    stop_flag().send_replace(true);
+}
+
+/// Undoes [`stop_readers`] (readers started after this call read normally again).
+pub fn clear_stop() {
+    stop_flag().send_replace(false);
+}
+
+/// What a reader watches to know it must stop (`true`: stop).
+pub fn stop_watch() -> watch::Receiver<bool> {
+    stop_flag().subscribe()
+}
+
+/// One non-blocking read of `master` into `buf`.
+///
+/// # Errors
+/// `WouldBlock` when nothing is there; other IO errors but `EIO`.
+pub fn read(master: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Read> {
+    loop {
+        return match nix::unistd::read(master, buf) {
+            // EIO: every slave descriptor closed, the PTY's end of file.
+            Ok(0) | Err(Errno::EIO) => Ok(Read::Eof),
+            Ok(n) => Ok(Read::Data(n)),
+            Err(Errno::EINTR) => continue,
+            Err(e) => Err(e.into()),
+        };
+    }
+}
 
 /// What one [`read`] found.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,87 +64,37 @@ pub enum Read {
     Data(usize),
     /// The PTY's output is finished (every slave descriptor closed: `EIO`, or end of file).
     Eof,
-    /// [`stop_readers`] was called: the reader should return without reading.
-    Stopped,
 }
 
-/// The daemon-wide stop signal of the PTY readers: a pipe whose read end every reader polls
-/// beside its master. A byte in it (never read while readers should stay stopped) makes every
-/// poll return at once; draining it lets them run again.
-struct StopPipe {
-    read: OwnedFd,
-    write: OwnedFd,
-}
-
-fn stop_pipe() -> &'static StopPipe {
-    static PIPE: OnceLock<StopPipe> = OnceLock::new();
-    PIPE.get_or_init(|| {
-        let (read, write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-                .expect("creating the PTY readers' stop pipe");
-        StopPipe { read, write }
-    })
-}
-
-/// Makes every PTY reader return [`Read::Stopped`] from its next (or current) [`read`].
-pub fn stop_readers() {
-    let _ = nix::unistd::write(&stop_pipe().write, b"s");
-}
-
-/// Undoes [`stop_readers`] (readers started after this call read normally again).
-pub fn clear_stop() {
-    let mut buf = [0u8; 64];
-    while let Ok(n) = nix::unistd::read(&stop_pipe().read, &mut buf) {
-        if n == 0 {
-            break;
-        }
-    }
-}
-
-/// Waits for output on `master` and reads it into `buf`, unless the readers are stopped first.
-/// Blocks (a reader thread's loop).
+/// One non-blocking write of a prefix of `data` to `master`; returns how many bytes it took.
 ///
 /// # Errors
-/// IO errors other than `EINTR` (retried) and `EIO` (end of output).
-pub fn read(master: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Read> {
-    let stop = stop_pipe().read.as_fd();
+/// `WouldBlock` when the terminal's input buffer is full; other IO errors (the PTY is gone).
+pub fn write(master: BorrowedFd<'_>, data: &[u8]) -> io::Result<usize> {
     loop {
-        let mut fds = [
-            PollFd::new(master, PollFlags::POLLIN),
-            PollFd::new(stop, PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
+        return match nix::unistd::write(master, data) {
+            Ok(n) => Ok(n),
             Err(Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return Ok(Read::Stopped);
-        }
-        if fds[0].revents().is_none_or(|r| r.is_empty()) {
-            continue;
-        }
-        return match nix::unistd::read(master, buf) {
-            Ok(0) | Err(Errno::EIO) => Ok(Read::Eof),
-            Ok(n) => Ok(Read::Data(n)),
-            Err(Errno::EINTR | Errno::EAGAIN) => continue,
             Err(e) => Err(e.into()),
         };
     }
 }
 
-/// Writes all of `data` to `master` (blocking while the terminal's input buffer is full).
+/// Sets or clears `O_NONBLOCK` on `fd` (it belongs to the open file: every duplicate shares it).
+/// The daemon serves masters non-blocking; a handover passes them blocking, as older agents
+/// expect.
 ///
 /// # Errors
-/// The write's IO error (the PTY is gone).
-pub fn write_all(master: BorrowedFd<'_>, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        match nix::unistd::write(master, data) {
-            Ok(n) => data = &data[n..],
-            Err(Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+/// `fcntl`'s error.
+pub fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    let flags = if on {
+        flags | OFlag::O_NONBLOCK
+    } else {
+        flags - OFlag::O_NONBLOCK
+    };
+    fcntl(fd, FcntlArg::F_SETFL(flags))?;
     Ok(())
 }
 

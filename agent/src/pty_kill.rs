@@ -7,7 +7,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -84,20 +83,16 @@ impl Pty {
             return None;
         }
         let pty = Arc::clone(self);
-        let spawn = thread::Builder::new()
-            .name("relay-kill".into())
-            .spawn(move || {
-                let done = pty.finish_kill(grace);
-                pty.kill_outcome.send_replace(Some(done));
-            });
-        if let Err(e) = spawn {
-            tracing::warn!("could not start the SIGKILL timer: {e}");
-        }
+        // A task, not the blocking pool: the reaping this waits for runs there.
+        tokio::spawn(async move {
+            let done = pty.finish_kill(grace).await;
+            pty.kill_outcome.send_replace(Some(done));
+        });
         Some(outcome)
     }
 
-    /// The rest of [`Pty::kill`], on its own thread.
-    fn finish_kill(&self, grace: Duration) -> KillOutcome {
+    /// The rest of [`Pty::kill`], on its own task (it reads /proc between sleeps).
+    async fn finish_kill(&self, grace: Duration) -> KillOutcome {
         let deadline = Instant::now() + grace;
         let members = || {
             self.start_ticks
@@ -113,7 +108,7 @@ impl Pty {
             if Instant::now() >= deadline {
                 break;
             }
-            thread::sleep(POLL);
+            tokio::time::sleep(POLL).await;
         }
         let shell_sigkill = self.signal_group_if_ours(Signal::SIGKILL);
         if shell_sigkill {
@@ -131,7 +126,7 @@ impl Pty {
         let until = Instant::now() + KILL_WAIT;
         let left = loop {
             session_killed += procfs::kill_session(self.pid, ticks);
-            thread::sleep(POLL);
+            tokio::time::sleep(POLL).await;
             let left = procfs::session_members(self.pid, ticks).len() as u32;
             if left == 0 || Instant::now() >= until {
                 break left;

@@ -359,6 +359,13 @@ impl Session {
         Ok(())
     }
 
+    /// Drops the subscriptions whose stream is over (the PTY's `Exited` went out, or the
+    /// connection is closing), with their hold on the PTY: an ended PTY's master, ring and model
+    /// are freed although the client never detaches from an ended pane.
+    pub fn prune_finished(&mut self) {
+        self.subs.retain(|_, sub| !sub.is_finished());
+    }
+
     /// Credit returned by the peer. Unknown PTYs are ignored (the ack may race a detach).
     pub fn ack(&mut self, req: Ack) {
         if let Some(sub) = self.subs.get(&req.pty) {

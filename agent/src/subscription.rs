@@ -73,6 +73,11 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// Whether its task returned: nothing more will be forwarded.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Starts forwarding the attached PTY's output from `start` into `out`, in chunks of at most `chunk`
     /// bytes, with a credit window of `window` bytes (`None`: the peer does not send acks, so no
     /// window applies).

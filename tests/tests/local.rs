@@ -17,6 +17,8 @@ mod piped_run;
 mod relayctl;
 #[path = "local/restore.rs"]
 mod restore;
+#[path = "local/scale.rs"]
+mod scale;
 #[path = "local/screen.rs"]
 mod screen;
 #[path = "local/upgrade.rs"]

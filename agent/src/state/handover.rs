@@ -372,12 +372,15 @@ impl State {
                     );
                     let crossing = crossing_fds(ptys, fds, exe, state.as_fd());
                     let home = self.inner.upgrade.paths.get().map(Paths::home);
-                    let why = match (inheritable(&crossing, true), home) {
+                    let prepared =
+                        inheritable(&crossing, true).and_then(|()| blocking_masters(ptys, true));
+                    let why = match (prepared, home) {
                         (Err(e), _) => format!("could not prepare the descriptors: {e}"),
                         (Ok(()), None) => "the daemon's home is not known".into(),
                         (Ok(()), Some(home)) => self.exec_unless_stopping(bin, &state, exe, home),
                     };
                     let _ = inheritable(&crossing, false);
+                    let _ = blocking_masters(ptys, false);
                     why
                 }
             },
@@ -532,6 +535,13 @@ fn crossing_fds<'a>(
         .chain(own)
         .chain([exe, state])
         .collect()
+}
+
+/// Puts every master in blocking mode (`on`) or back to non-blocking: a handover passes them
+/// blocking, as older agents read them (this version makes them non-blocking again).
+fn blocking_masters(ptys: &[Arc<Pty>], on: bool) -> std::io::Result<()> {
+    ptys.iter()
+        .try_for_each(|p| pty_io::set_nonblocking(p.master(), !on))
 }
 
 /// Clears (`cross`) or sets `FD_CLOEXEC` on each descriptor.
