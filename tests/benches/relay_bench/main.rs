@@ -1,5 +1,5 @@
-//! relay benchmarks: pane create/close latency and output throughput, each next to a baseline
-//! measured in the same run (a plain PTY locally, plain `ssh` over SSH).
+//! relay benchmarks, each next to a baseline measured in the same run (a plain PTY locally,
+//! plain `ssh` over SSH, a tmux server for resources held per pane).
 //!
 //! ```text
 //! cargo build --release --workspace --bins
@@ -8,10 +8,14 @@
 //! cargo bench -p relay-tests --bench relay_bench -- --resilience       # reconnect figures only
 //!                                                                      # (Docker and root)
 //! cargo bench -p relay-tests --bench relay_bench -- --screen           # terminal model figures
+//! cargo bench -p relay-tests --bench relay_bench -- --scale            # 0 / 100 / 1,000 panes
+//! cargo bench -p relay-tests --bench relay_bench -- --all              # every group
+//! cargo test -p relay-tests --bench relay_bench -- --smoke --all       # CI: one short round each
 //! ```
 //!
-//! Figures are printed as a Markdown table to paste into `docs/performance.md`. This is not a test:
-//! nothing here asserts a speed.
+//! Figures are printed as a Markdown table to paste into `docs/performance.md`: median, p90, p99,
+//! min–max and the sample count of each side, and relay / baseline of the medians. This is not a
+//! test: nothing here asserts a speed (a smoke run only proves every scenario still runs).
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -22,8 +26,12 @@ use relay_protocol::{PaneKey, SpawnSpec};
 use relay_tests::TestHome;
 
 mod resilience;
+mod scale;
 mod screen;
 mod ssh;
+mod stats;
+
+use stats::{rate_row, row, runs, Row};
 
 /// The throughput workload of the issue: about 20.9 MB of text.
 const SEQ: [&str; 3] = ["seq", "1", "3000000"];
@@ -35,9 +43,12 @@ async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let mut rows = Vec::new();
 
-    let group = |g: &str| args.iter().any(|a| a == g);
+    let flag = |g: &str| args.iter().any(|a| a == g);
+    stats::set_smoke(flag("--smoke"));
+    let group = |g: &str| flag(g) || flag("--all");
+    const GROUPS: [&str; 5] = ["--ssh", "--resilience", "--screen", "--scale", "--all"];
     // Local figures unless only other groups were asked for.
-    if group("--local") || !(group("--ssh") || group("--resilience") || group("--screen")) {
+    if group("--local") || !GROUPS.iter().any(|g| flag(g)) {
         let home = TestHome::new();
         let session = home.session().await;
         local(&session, &mut rows).await?;
@@ -53,22 +64,18 @@ async fn main() -> anyhow::Result<()> {
     if group("--screen") {
         screen::run(&mut rows).await?;
     }
-
-    println!("\n| measurement | relay (median) | baseline (median) | baseline |");
-    println!("|---|---|---|---|");
-    for r in &rows {
-        println!("| {} | {} | {} | {} |", r.0, r.1, r.2, r.3);
+    if group("--scale") {
+        scale::run(&mut rows).await?;
     }
+    stats::print(&rows);
     Ok(())
 }
-
-type Row = (String, String, String, String);
 
 async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     // Pane create: open a pane whose shell prints a marker, until the marker arrives.
     let mut create = Vec::new();
     let mut close = Vec::new();
-    for i in 0..LATENCY_RUNS {
+    for i in 0..runs(LATENCY_RUNS) {
         let pane = PaneKey::new("bench", "create", i.to_string());
         let cmd = ["sh", "-c", "printf ready; exec cat"];
         let t = Instant::now();
@@ -82,7 +89,7 @@ async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         close.push(t.elapsed());
     }
     let mut plain = Vec::new();
-    for _ in 0..LATENCY_RUNS {
+    for _ in 0..runs(LATENCY_RUNS) {
         let t = Instant::now();
         plain_pty(&["sh", "-c", "printf ready"], Some(b"ready"))?;
         plain.push(t.elapsed());
@@ -98,7 +105,7 @@ async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     // Throughput.
     let mut relay_rate = Vec::new();
     let mut plain_rate = Vec::new();
-    for i in 0..THROUGHPUT_RUNS {
+    for i in 0..runs(THROUGHPUT_RUNS) {
         let pane = PaneKey::new("bench", "seq", i.to_string());
         let t = Instant::now();
         let mut handle = open(session, pane, &SEQ).await?;
@@ -191,28 +198,4 @@ fn plain_pty(cmd: &[&str], until: Option<&[u8]>) -> anyhow::Result<u64> {
 
 fn rate(bytes: u64, elapsed: Duration) -> f64 {
     bytes as f64 / elapsed.as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn ms(d: &[Duration]) -> String {
-    if d.is_empty() {
-        return "—".into();
-    }
-    format!(
-        "{:.1} ms",
-        median(d.iter().map(|d| d.as_secs_f64() * 1e3).collect())
-    )
-}
-
-fn row(what: &str, relay: &[Duration], base: &[Duration], base_name: &str) -> Row {
-    (what.into(), ms(relay), ms(base), base_name.into())
-}
-
-fn rate_row(what: &str, relay: &[f64], base: &[f64], base_name: &str) -> Row {
-    let fmt = |v: &[f64]| format!("{:.1} MB/s", median(v.to_vec()) / 1e6);
-    (what.into(), fmt(relay), fmt(base), base_name.into())
 }

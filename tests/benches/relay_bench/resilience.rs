@@ -24,7 +24,7 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let ssh = SshHost::start().await?;
     detection(&ssh, rows).await?;
     restore(&ssh, rows).await?;
-    for n in [10, 100] {
+    for n in if stats::smoke() { [2, 3] } else { [10, 100] } {
         reattach(n, rows).await?;
     }
     echo(rows).await?;
@@ -74,7 +74,7 @@ async fn detection(ssh: &SshHost, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .open("idle", "0", sh("exec sleep 100000"))
         .await?;
     let mut relay = Vec::new();
-    for _ in 0..RUNS {
+    for _ in 0..runs(RUNS) {
         until(&host, connected).await?;
         let t = Instant::now();
         ssh.partition().await?;
@@ -84,7 +84,7 @@ async fn detection(ssh: &SshHost, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         host.retry_now();
     }
     let mut plain = Vec::new();
-    for _ in 0..RUNS {
+    for _ in 0..runs(RUNS) {
         let mut child = tokio::process::Command::from(ssh.plain_ssh(&[
             "-o",
             "ServerAliveInterval=2",
@@ -122,7 +122,7 @@ async fn restore(ssh: &SshHost, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .open("ticks", "0", sh("while :; do echo tick; sleep 0.1; done"))
         .await?;
     let mut relay = Vec::new();
-    for _ in 0..RUNS {
+    for _ in 0..runs(RUNS) {
         until(&host, connected).await?;
         ssh.partition().await?;
         until(&host, reconnecting).await?;
@@ -177,7 +177,7 @@ async fn reattach(n: usize, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     }
     let mut relay = Vec::new();
     let mut passes = Vec::new();
-    for round in 1..=RUNS {
+    for round in 1..=runs(RUNS) {
         until(&host, connected).await?;
         let mut states = host.state();
         let t = Instant::now();
@@ -207,7 +207,7 @@ async fn reattach(n: usize, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         passes.push(done.saturating_duration_since(connected_at.await?));
     }
     let mut plain = Vec::new();
-    for _ in 0..RUNS {
+    for _ in 0..runs(RUNS) {
         let t = Instant::now();
         let out = ssh.plain_ssh(&["true"]).output()?;
         anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
@@ -276,10 +276,10 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         pane,
     };
     echo.samples(20).await?;
-    let idle = echo.samples(ECHO_SAMPLES).await?;
+    let idle = echo.samples(runs(ECHO_SAMPLES)).await?;
 
     let plain = plain_echo(&ssh).await?;
-    rows.push(pct_row(
+    rows.push(row(
         "ssh echo round trip, idle",
         &idle,
         &plain,
@@ -292,9 +292,9 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .await?;
     let drain = tokio::spawn(async move { while flood.next().await.is_some() {} });
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let flooding = echo.samples(ECHO_SAMPLES).await?;
+    let flooding = echo.samples(runs(ECHO_SAMPLES)).await?;
     drain.abort();
-    rows.push(pct_row(
+    rows.push(row(
         "ssh echo next to a `yes` pane read as fast as it comes",
         &flooding,
         &idle,
@@ -306,8 +306,8 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .open("yes", "0", sh("exec yes stalled-stalled"))
         .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let unread = echo.samples(ECHO_SAMPLES).await?;
-    rows.push(pct_row(
+    let unread = echo.samples(runs(ECHO_SAMPLES)).await?;
+    rows.push(row(
         "ssh echo next to a `yes` pane nobody reads",
         &unread,
         &idle,
@@ -334,8 +334,9 @@ async fn plain_echo(ssh: &SshHost) -> anyhow::Result<Vec<Duration>> {
         anyhow::ensure!(n > 0, "ssh ended");
         seen.extend_from_slice(&buf[..n]);
     }
-    let mut out = Vec::with_capacity(ECHO_SAMPLES);
-    for i in 0..ECHO_SAMPLES + 20 {
+    let samples = runs(ECHO_SAMPLES);
+    let mut out = Vec::with_capacity(samples);
+    for i in 0..samples + 20 {
         let byte = b'a' + (i % 26) as u8;
         let t = Instant::now();
         stdin.write_all(&[byte]).await?;
@@ -354,31 +355,4 @@ async fn plain_echo(ssh: &SshHost) -> anyhow::Result<Vec<Duration>> {
     }
     let _ = child.kill().await;
     Ok(out)
-}
-
-/// `p50 / p99` of `d`.
-fn pct(d: &[Duration]) -> String {
-    if d.is_empty() {
-        return "—".into();
-    }
-    let mut v: Vec<f64> = d.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    format!("{:.2} / {:.2} ms", at(0.5), at(0.99))
-}
-
-fn pct_row(what: &str, relay: &[Duration], base: &[Duration], base_name: &str) -> Row {
-    (
-        format!("{what} (p50 / p99)"),
-        pct(relay),
-        pct(base),
-        base_name.into(),
-    )
-}
-
-fn sh(script: &str) -> SpawnSpec {
-    SpawnSpec {
-        command: vec!["sh".into(), "-c".into(), script.into()],
-        ..SpawnSpec::default()
-    }
 }

@@ -8,10 +8,19 @@ use relay_connector::{PaneEvent, Session};
 use relay_protocol::{PaneKey, Resume};
 use relay_tests::TestHome;
 
-use super::{open, rate, rate_row, read_to, row, Row, SEQ, THROUGHPUT_RUNS};
+use super::stats::{rate_row, row, runs, smoke, Row};
+use super::{open, rate, read_to, SEQ, THROUGHPUT_RUNS};
 
 const IDLE_PANES: usize = 100;
 const REATTACH_RUNS: usize = 5;
+
+fn idle_panes() -> usize {
+    if smoke() {
+        3
+    } else {
+        IDLE_PANES
+    }
+}
 
 pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let on = TestHome::new();
@@ -20,7 +29,7 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
 
     // Throughput, alternating model on and off.
     let (mut with, mut without) = (Vec::new(), Vec::new());
-    for i in 0..THROUGHPUT_RUNS {
+    for i in 0..runs(THROUGHPUT_RUNS) {
         for (session, into) in [(&s_on, &mut with), (&s_off, &mut without)] {
             let pane = PaneKey::new("bench", "seq", i.to_string());
             let t = Instant::now();
@@ -39,32 +48,38 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     // Agent CPU while a pane prints ~2 MB/s of short lines that are read as they come.
     let cpu_on = flood_cpu(&on, &s_on).await?;
     let cpu_off = flood_cpu(&off, &s_off).await?;
-    rows.push((
-        "agent CPU, 5 s of a ~2 MB/s flood of 16-byte lines (read)".into(),
+    rows.push(Row::text(
+        "agent CPU, 5 s of a ~2 MB/s flood of 16-byte lines (read)",
         format!("{cpu_on:.0} % of a core"),
         format!("{cpu_off:.0} % of a core"),
-        "model off".into(),
+        "model off",
     ));
 
     // Agent RSS with idle panes (a shell prompt each), model on and off.
     let rss_on = idle_rss(&on, &s_on).await?;
     let rss_off = idle_rss(&off, &s_off).await?;
-    rows.push((
-        format!("agent RSS growth per idle pane ({IDLE_PANES} `sh` panes, 80×24)"),
+    rows.push(Row::text(
+        &format!(
+            "agent RSS growth per idle pane ({} `sh` panes, 80×24)",
+            idle_panes()
+        ),
         format!("{:.0} KiB", rss_on),
         format!("{:.0} KiB", rss_off),
-        "model off".into(),
+        "model off",
     ));
 
-    // Re-attach to a correct screen after 50 MB of output the client missed.
+    // Re-attach to a correct screen after 50 MB (smoke: 2 MB) of output the client missed.
+    let missed: u64 = if smoke() { 2_000_000 } else { 50_000_000 };
     let pane = PaneKey::new("bench", "missed", "0");
-    let script = "read go; head -c 50000000 /dev/zero | tr '\\0' 'x' | fold -w 79; printf 'end-marker'; read end";
+    let script = format!(
+        "read go; head -c {missed} /dev/zero | tr '\\0' 'x' | fold -w 79; printf 'end-marker'; read end"
+    );
     let (created, first) = s_on
-        .open_screen(pane.clone(), super::sh(script), Resume::From(0), 0)
+        .open_screen(pane.clone(), super::sh(&script), Resume::From(0), 0)
         .await?;
     drop(first);
     s_on.input(&created.binding, b"go\n").await?;
-    wait_output(&s_on, &pane, 50_000_000).await?;
+    wait_output(&s_on, &pane, missed).await?;
     // The end marker comes after the 50 MB (and the PTY's added carriage returns): wait for it.
     let deadline = Instant::now() + Duration::from_secs(120);
     while !snapshot_text(&s_on, &pane, created.binding.pty)
@@ -75,7 +90,7 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut reattach = Vec::new();
-    for _ in 0..REATTACH_RUNS {
+    for _ in 0..runs(REATTACH_RUNS) {
         let t = Instant::now();
         let mut handle = s_on
             .attach_screen(pane.clone(), Some(created.binding.pty), Resume::From(0), 0)
@@ -96,7 +111,10 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         reattach.push(t.elapsed());
     }
     rows.push(row(
-        "re-attach → correct screen after 50 MB missed (local)",
+        &format!(
+            "re-attach → correct screen after {} MB missed (local)",
+            missed / 1_000_000
+        ),
         &reattach,
         &[],
         "—",
@@ -171,7 +189,7 @@ async fn idle_rss(home: &TestHome, session: &Session) -> anyhow::Result<f64> {
         .ok_or_else(|| anyhow::anyhow!("no daemon"))?;
     let before = rss_kib(pid)?;
     let mut handles = Vec::new();
-    for i in 0..IDLE_PANES {
+    for i in 0..idle_panes() {
         let pane = PaneKey::new("bench", "idle", i.to_string());
         let mut h = open(session, pane, &["sh", "-i"]).await?;
         read_to(&mut h, |text, _| text.contains('$') || text.contains('#')).await?;
@@ -180,7 +198,7 @@ async fn idle_rss(home: &TestHome, session: &Session) -> anyhow::Result<f64> {
     // Let every model catch up with its prompt.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(pid)?;
-    Ok((after - before) / IDLE_PANES as f64)
+    Ok((after - before) / idle_panes() as f64)
 }
 
 fn rss_kib(pid: i32) -> anyhow::Result<f64> {

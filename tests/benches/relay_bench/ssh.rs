@@ -20,14 +20,14 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     ));
 
     let mut reconnect = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..runs(5) {
         let t = Instant::now();
         let s = Session::connect(&transport, "relay-bench").await?;
         s.ping().await?;
         reconnect.push(t.elapsed());
     }
     let mut plain_connect = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..runs(5) {
         let t = Instant::now();
         let out = host.plain_ssh(&["true"]).output()?;
         anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
@@ -43,7 +43,7 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let session = Session::connect(&transport, "relay-bench").await?;
     let mut relay_rate = Vec::new();
     let mut plain_rate = Vec::new();
-    for i in 0..THROUGHPUT_RUNS {
+    for i in 0..runs(THROUGHPUT_RUNS) {
         let pane = PaneKey::new("bench", "ssh-seq", i.to_string());
         let t = Instant::now();
         let mut handle = open(&session, pane, &SEQ).await?;
