@@ -31,7 +31,6 @@ use portable_pty::{native_pty_system, PtySize};
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, TermSize};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 
 use crate::counters::CounterNote;
 use crate::input_seq::{Applied, WriterTable};
@@ -102,11 +101,9 @@ pub struct Pty {
     screen: Option<ScreenFeed>,
     /// Output counters changed since they were journaled (see [`crate::counters`]).
     counters: Arc<CounterNote>,
-    /// The reader task; it returns its end-of-output sender when it was stopped for a
-    /// handover (`None` once output ended).
-    reader: Mutex<Option<JoinHandle<Option<oneshot::Sender<()>>>>>,
-    /// A stopped reader's end-of-output sender, kept to start it again ([`Pty::restart_reader`]).
-    parked_eof: Mutex<Option<oneshot::Sender<()>>>,
+    /// Held by the reader around each read and by the writer around each write; a live upgrade
+    /// takes it once after pausing IO to know that neither touches the master any more.
+    io_gate: Arc<Mutex<()>>,
 }
 
 /// A PTY whose waiter is not started yet (the daemon first records the lease).
@@ -282,8 +279,7 @@ impl Pty {
             size: Mutex::new(size),
             screen,
             counters,
-            reader: Mutex::new(None),
-            parked_eof: Mutex::new(None),
+            io_gate: Arc::new(Mutex::new(())),
         });
         pty.start_reader(eof_tx);
         pty.start_writer(input_rx);

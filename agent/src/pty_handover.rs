@@ -25,32 +25,15 @@ impl Pty {
         (!*reaped).then_some(reaped)
     }
 
-    /// Waits for the reader task to return after [`crate::pty_io::stop_readers`], keeping its
-    /// end-of-output sender for [`Pty::restart_reader`] (none when it had seen the end of output).
-    /// Blocks: call it on a blocking thread of the daemon's runtime, never from a task.
-    pub fn join_reader(&self) {
-        let handle = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let eof = handle.and_then(|h| {
-            let runtime = tokio::runtime::Handle::try_current().ok()?;
-            runtime.block_on(h).ok().flatten()
-        });
-        *self.parked_eof.lock().unwrap_or_else(|p| p.into_inner()) = eof;
+    /// Waits until this PTY's reader and writer are out of their current read or write, after
+    /// [`crate::pty_io::pause_io`]: from then on neither touches the master until
+    /// [`crate::pty_io::resume_io`]. Blocks only for one read or write; it needs no runtime
+    /// thread (the tasks may all be blocked on locks the caller holds).
+    pub fn fence_io(&self) {
+        drop(self.io_gate.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
-    /// Starts the reader again after [`Pty::join_reader`] (a handover that did not happen).
-    pub fn restart_reader(&self) {
-        let eof = self
-            .parked_eof
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(eof) = eof {
-            self.start_reader(eof);
-        }
-    }
-
-    /// What a handover carries of this PTY besides its lease (readers stopped: the ring is
-    /// final). Copies the ring and renders the model's snapshot.
+    /// What a handover carries of this PTY besides its lease (IO fenced: the ring is final). Copies the ring and renders the model's snapshot.
     pub fn parts_for_handover(&self) -> crate::handover::HandedPty {
         let (ring_start, ring_capacity, ring_bytes) = {
             let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());

@@ -18,27 +18,39 @@ use nix::unistd::Pid;
 use relay_protocol::{ExitStatus, TermSize};
 use tokio::sync::watch;
 
-/// The daemon-wide stop signal of the PTY readers (a live upgrade stops them all, so the rings
-/// are final while the state is written): `true` while they should stay stopped.
-fn stop_flag() -> &'static watch::Sender<bool> {
-    static STOP: OnceLock<watch::Sender<bool>> = OnceLock::new();
-    STOP.get_or_init(|| watch::Sender::new(false))
+/// The daemon-wide pause of PTY IO (a live upgrade pauses it, so the rings are final while the
+/// state is written and the masters can cross `execve`): `true` while readers and writers must
+/// not touch a master. Each checks it under its PTY's IO gate before every read or write.
+fn pause_flag() -> &'static watch::Sender<bool> {
+    static PAUSE: OnceLock<watch::Sender<bool>> = OnceLock::new();
+    PAUSE.get_or_init(|| watch::Sender::new(false))
 }
 
-/// Makes every PTY reader return before its next read (bytes not read yet stay in the kernel's
-/// buffer, for whoever reads next).
-pub fn stop_readers() {
-    stop_flag().send_replace(true);
+/// Pauses every PTY's reader and writer before their next read or write (bytes not read stay in
+/// the kernel's buffer, input not written stays queued). A PTY's IO is certainly paused once its
+/// gate was taken after this call ([`crate::pty::Pty::fence_io`]).
+pub fn pause_io() {
+    pause_flag().send_replace(true);
 }
 
-/// Undoes [`stop_readers`] (readers started after this call read normally again).
-pub fn clear_stop() {
-    stop_flag().send_replace(false);
+/// Undoes [`pause_io`]: readers and writers carry on where they stopped.
+pub fn resume_io() {
+    pause_flag().send_replace(false);
 }
 
-/// What a reader watches to know it must stop (`true`: stop).
-pub fn stop_watch() -> watch::Receiver<bool> {
-    stop_flag().subscribe()
+/// What readers and writers watch (`true`: paused).
+pub fn paused() -> watch::Receiver<bool> {
+    pause_flag().subscribe()
+}
+
+/// Waits until IO is not paused (marking the value seen).
+///
+/// # Errors
+/// Never in practice: the flag lives as long as the process.
+pub async fn wait_unpaused(
+    paused: &mut watch::Receiver<bool>,
+) -> Result<(), watch::error::RecvError> {
+    paused.wait_for(|p| !*p).await.map(|_| ())
 }
 
 /// One non-blocking read of `master` into `buf`.

@@ -94,12 +94,17 @@ impl Pty {
     /// The rest of [`Pty::kill`], on its own task (it reads /proc between sleeps).
     async fn finish_kill(&self, grace: Duration) -> KillOutcome {
         let deadline = Instant::now() + grace;
-        let members = || {
-            self.start_ticks
-                .map(|ticks| procfs::session_members(self.pid, ticks))
-        };
+        let pid = self.pid;
         loop {
-            if self.is_reaped() && members().is_some_and(|m| m.is_empty()) {
+            let empty = match self.start_ticks {
+                Some(ticks) if self.is_reaped() => {
+                    off_runtime(move || procfs::session_members(pid, ticks).is_empty())
+                        .await
+                        .unwrap_or(false)
+                }
+                _ => false,
+            };
+            if empty {
                 return KillOutcome {
                     left: Some(0),
                     ..KillOutcome::default()
@@ -125,9 +130,13 @@ impl Pty {
         let mut session_killed = 0;
         let until = Instant::now() + KILL_WAIT;
         let left = loop {
-            session_killed += procfs::kill_session(self.pid, ticks);
+            session_killed += off_runtime(move || procfs::kill_session(pid, ticks))
+                .await
+                .unwrap_or(0);
             tokio::time::sleep(POLL).await;
-            let left = procfs::session_members(self.pid, ticks).len() as u32;
+            let left = off_runtime(move || procfs::session_members(pid, ticks).len() as u32)
+                .await
+                .unwrap_or(0);
             if left == 0 || Instant::now() >= until {
                 break left;
             }
@@ -147,6 +156,13 @@ impl Pty {
     }
 
     fn is_reaped(&self) -> bool {
+        // (Held only briefly, or by a live upgrade while it hands over.)
         *self.reaped.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Runs `scan` (a walk of every process's `/proc` stat: milliseconds with thousands of
+/// processes) on the blocking pool, so many ends at once do not hold up the runtime.
+async fn off_runtime<T: Send + 'static>(scan: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(scan).await.ok()
 }

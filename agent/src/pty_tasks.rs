@@ -5,12 +5,12 @@
 use std::cell::RefCell;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use relay_protocol::ExitStatus;
 use tokio::io::unix::AsyncFd;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Pty, Spawned};
 use crate::pty_io;
@@ -27,58 +27,68 @@ thread_local! {
 }
 
 impl Pty {
-    /// Starts the reader task. `eof` is dropped when the output ends (the waiter waits for
-    /// that), or handed back by the task when it was stopped for a handover.
+    /// Starts the reader task. `eof` is dropped when the output ends (the waiter waits for that).
+    /// While [`pty_io::pause_io`] is in force the task reads nothing (see [`Pty::fence_io`]).
     pub(super) fn start_reader(&self, eof: oneshot::Sender<()>) {
         let master = Arc::clone(&self.master);
+        let gate = Arc::clone(&self.io_gate);
         let ring = Arc::clone(&self.ring);
         let progress = self.progress.clone();
         let last = Arc::clone(&self.last_output_ms);
         let screen = self.screen.clone();
         let counters = Arc::clone(&self.counters);
         let binding = self.binding.clone();
-        let task = tokio::spawn(async move {
-            let mut stop = pty_io::stop_watch();
+        tokio::spawn(async move {
+            // Dropped on return at the end of output: tells the waiter that output is finished.
+            let _eof = eof;
+            let mut paused = pty_io::paused();
             // This task is the ring's only writer: it knows the end without locking.
             let (capacity, mut end) = {
                 let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
                 (ring.capacity(), ring.end())
             };
             loop {
-                if *stop.borrow_and_update() {
-                    return Some(eof);
+                if pty_io::wait_unpaused(&mut paused).await.is_err() {
+                    return;
                 }
                 let mut ready = tokio::select! {
                     biased;
-                    changed = stop.changed() => {
-                        if changed.is_err() {
-                            return None;
-                        }
-                        continue;
-                    }
+                    _ = paused.changed() => continue,
                     ready = master.readable() => match ready {
                         Ok(ready) => ready,
                         Err(e) => {
                             tracing::warn!(%binding, "PTY reader stopped: {e}");
-                            return None;
+                            return;
                         }
                     },
                 };
-                let read = ready.try_io(|fd| {
-                    READ_BUF.with(|buf| {
-                        let mut buf = buf.borrow_mut();
-                        let read = pty_io::read(fd.get_ref().as_fd(), &mut buf)?;
-                        if let pty_io::Read::Data(n) = read {
-                            if let Some(feed) = &screen {
-                                feed.screen.before_append(&ring, end, capacity, n);
+                let read = {
+                    let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+                    if *paused.borrow() {
+                        continue;
+                    }
+                    ready.try_io(|fd| {
+                        READ_BUF.with(|buf| {
+                            let mut buf = buf.borrow_mut();
+                            let read = pty_io::read(fd.get_ref().as_fd(), &mut buf)?;
+                            if let pty_io::Read::Data(n) = read {
+                                if let Some(feed) = &screen {
+                                    // Parsing is CPU work: off the runtime's worker while it
+                                    // runs, so other PTYs and connections are not held up.
+                                    if feed.screen.must_parse_before(end, capacity, n) {
+                                        crate::session::blocking(|| {
+                                            feed.screen.before_append(&ring, end, capacity, n)
+                                        });
+                                    }
+                                }
+                                let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                                ring.append(&buf[..n]);
+                                end = ring.end();
                             }
-                            let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-                            ring.append(&buf[..n]);
-                            end = ring.end();
-                        }
-                        Ok(read)
+                            Ok(read)
+                        })
                     })
-                });
+                };
                 match read {
                     Ok(Ok(pty_io::Read::Data(_))) => {
                         last.store(crate::now_ms(), Ordering::Relaxed);
@@ -87,39 +97,63 @@ impl Pty {
                         if let Some(feed) = &screen {
                             worker::request_catch_up(feed);
                         }
+                        // Let the subscriptions just woken forward this chunk before the next
+                        // read: without it the reader runs a whole coop budget (128 reads,
+                        // megabytes) ahead of them on a busy worker, and a fast client would
+                        // see a gap where the ring wrapped.
+                        tokio::task::yield_now().await;
                     }
-                    Ok(Ok(pty_io::Read::Eof)) => return None,
+                    Ok(Ok(pty_io::Read::Eof)) => return,
                     Ok(Err(e)) => {
                         tracing::warn!(%binding, "PTY read failed: {e}");
-                        return None;
+                        return;
                     }
                     // Nothing there after all: readiness was cleared, wait again.
                     Err(_would_block) => {}
                 }
             }
         });
-        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 
     /// Starts the writer task: it writes each queued input in order, waiting while the
-    /// terminal's input buffer is full, and ends when the [`Pty`] (the queue's sender) is gone.
+    /// terminal's input buffer is full or IO is paused, and ends when the [`Pty`] (the queue's
+    /// sender) is gone.
     pub(super) fn start_writer(&self, mut input: mpsc::UnboundedReceiver<Vec<u8>>) {
         let master = Arc::clone(&self.master);
+        let gate = Arc::clone(&self.io_gate);
         let pending = Arc::clone(&self.pending_input);
         tokio::spawn(async move {
+            let mut paused = pty_io::paused();
             while let Some(data) = input.recv().await {
                 // A failed write means the PTY is gone; keep draining so accounting stays right.
-                let _ = write_all(&master, &data).await;
+                let _ = write_all(&master, &gate, &mut paused, &data).await;
                 pending.fetch_sub(data.len(), Ordering::AcqRel);
             }
         });
     }
 }
 
-/// Writes all of `data` to the non-blocking `master`.
-async fn write_all(master: &AsyncFd<OwnedFd>, mut data: &[u8]) -> std::io::Result<()> {
+/// Writes all of `data` to the non-blocking `master`, each write under `gate` and never while
+/// IO is paused (a live upgrade may have made the master blocking meanwhile).
+async fn write_all(
+    master: &AsyncFd<OwnedFd>,
+    gate: &Mutex<()>,
+    paused: &mut watch::Receiver<bool>,
+    mut data: &[u8],
+) -> std::io::Result<()> {
     while !data.is_empty() {
-        let mut ready = master.writable().await?;
+        pty_io::wait_unpaused(paused)
+            .await
+            .map_err(std::io::Error::other)?;
+        let mut ready = tokio::select! {
+            biased;
+            _ = paused.changed() => continue,
+            ready = master.writable() => ready?,
+        };
+        let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+        if *paused.borrow() {
+            continue;
+        }
         match ready.try_io(|fd| pty_io::write(fd.get_ref().as_fd(), data)) {
             Ok(Ok(n)) => data = &data[n..],
             Ok(Err(e)) => return Err(e),
@@ -132,8 +166,7 @@ async fn write_all(master: &AsyncFd<OwnedFd>, mut data: &[u8]) -> std::io::Resul
 impl Spawned {
     /// Starts the waiter task. `on_exit` runs once, after the child was reaped and its output
     /// finished (or the grace passed); it must update the lease and call [`Pty::publish_exit`].
-    /// It runs on the blocking pool (it journals), as does the reaping (it takes the reap lock,
-    /// which a live upgrade holds while it hands over).
+    /// It runs on the blocking pool (it journals).
     pub fn start_waiter(
         self,
         output_grace: Duration,
@@ -151,26 +184,14 @@ impl Spawned {
                     return;
                 }
             }
-            let reaping = Arc::clone(&pty);
-            let status = tokio::task::spawn_blocking(move || {
-                let mut reaped = reaping.reaped.lock().unwrap_or_else(|p| p.into_inner());
-                let status = pty_io::reap(reaping.pid);
-                *reaped = true;
-                status
-            })
-            .await;
-            let status = match status {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
+            let status = match reap(&pty).await {
+                Ok(s) => s,
+                Err(e) => {
                     tracing::warn!(binding = %pty.binding, "could not read the exit status: {e}");
                     ExitStatus {
                         code: 1,
                         signal: None,
                     }
-                }
-                Err(e) => {
-                    tracing::error!(binding = %pty.binding, "reaping failed: {e}");
-                    return;
                 }
             };
             // Output finished (reader EOF: its sender dropped) or the grace passed.
@@ -185,4 +206,28 @@ impl Spawned {
             .await;
         });
     }
+}
+
+/// Reaps the exited child under the reap lock. The lock is only ever held briefly (a signal
+/// being sent) or while a live upgrade hands over; this waits for it without holding a thread.
+async fn reap(pty: &Pty) -> std::io::Result<ExitStatus> {
+    loop {
+        if let Some(status) = try_reap(pty) {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reaps the exited child unless the reap lock is held elsewhere (`None`).
+fn try_reap(pty: &Pty) -> Option<std::io::Result<ExitStatus>> {
+    let mut reaped = match pty.reaped.try_lock() {
+        Ok(held) => held,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+    };
+    // Immediate: the child has exited.
+    let status = pty_io::reap(pty.pid);
+    *reaped = true;
+    Some(status)
 }

@@ -1,8 +1,9 @@
 //! Exit notices for the daemon's own children (the PTYs' shells), without a thread per child.
 //!
-//! One task listens for `SIGCHLD`; on each signal (the kernel coalesces them, so one may stand for
-//! several exits) it asks every waited-for pid whether it exited with
-//! `waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT)`. Nothing is reaped here: the PTY's waiter
+//! One thread (`relay-sigchld`, on a small runtime of its own, so it outlives whichever runtime
+//! first asked, as tests and the fuzz driver make several) listens for `SIGCHLD`; on each signal
+//! (the kernel coalesces them, so one may stand for several exits) it asks every waited-for pid
+//! whether it exited with `waitid(P_PID, pid, WEXITED | WNOHANG | WNOWAIT)`. Nothing is reaped here: the PTY's waiter
 //! reaps under its reap lock, so the pid stays ours while signals may still be sent to it
 //! (`waitpid(-1)` is never used). Only the daemon's direct children send it `SIGCHLD`: the
 //! shells, and the short-lived probes of a live upgrade. A pid is asked once more right after it
@@ -10,8 +11,7 @@
 //! missed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -21,81 +21,85 @@ use tokio::sync::oneshot;
 struct Reaper {
     /// Pid → who waits for its exit.
     waiting: Mutex<HashMap<u32, oneshot::Sender<()>>>,
-    /// Whether a listener task runs (it is restarted when the runtime it ran on is gone).
-    listening: Arc<AtomicBool>,
 }
 
 fn reaper() -> &'static Reaper {
     static REAPER: OnceLock<Reaper> = OnceLock::new();
     REAPER.get_or_init(|| Reaper {
         waiting: Mutex::new(HashMap::new()),
-        listening: Arc::new(AtomicBool::new(false)),
     })
 }
 
-/// Resolves once our child `pid` has exited (it is left unreaped). Must be called within the
-/// daemon's tokio runtime.
+/// Resolves once our child `pid` has exited (it is left unreaped).
 ///
 /// # Errors
-/// The `SIGCHLD` handler could not be installed (then nothing would ever tell us of an exit).
+/// The `SIGCHLD` listener could not be started (then nothing would ever tell us of an exit).
 pub fn exited(pid: u32) -> std::io::Result<oneshot::Receiver<()>> {
-    let reaper = reaper();
-    listen(reaper)?;
+    listening()?;
     let (tx, rx) = oneshot::channel();
-    reaper
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(pid, tx);
+    let mut waiting = reaper().waiting.lock().unwrap_or_else(|p| p.into_inner());
     // It may have exited before it was registered: no later SIGCHLD would tell.
-    scan(reaper);
+    if has_exited(pid) {
+        let _ = tx.send(());
+    } else {
+        waiting.insert(pid, tx);
+    }
     Ok(rx)
 }
 
-/// Starts the listener task unless one runs.
-fn listen(reaper: &'static Reaper) -> std::io::Result<()> {
-    if reaper.listening.swap(true, Ordering::AcqRel) {
-        return Ok(());
-    }
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
-            reaper.listening.store(false, Ordering::Release);
-            return Err(e);
-        }
-    };
-    let running = Running(Arc::clone(&reaper.listening));
-    tokio::spawn(async move {
-        let _running = running;
-        while sigchld.recv().await.is_some() {
-            scan(reaper);
+/// Starts the listener thread once and waits until its `SIGCHLD` handler is in place.
+fn listening() -> std::io::Result<()> {
+    static STARTED: OnceLock<Result<(), String>> = OnceLock::new();
+    let started = STARTED.get_or_init(|| {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("relay-sigchld".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .build();
+                let runtime = match runtime {
+                    Ok(rt) => rt,
+                    Err(e) => return drop(ready_tx.send(Err(e.to_string()))),
+                };
+                runtime.block_on(async move {
+                    let mut sigchld = match signal(SignalKind::child()) {
+                        Ok(s) => s,
+                        Err(e) => return drop(ready_tx.send(Err(e.to_string()))),
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    while sigchld.recv().await.is_some() {
+                        scan();
+                    }
+                });
+            });
+        match spawned {
+            Ok(_) => ready_rx
+                .recv()
+                .unwrap_or_else(|_| Err("the SIGCHLD listener ended".into())),
+            Err(e) => Err(e.to_string()),
         }
     });
-    Ok(())
+    started
+        .clone()
+        .map_err(|e| std::io::Error::other(format!("cannot listen for SIGCHLD: {e}")))
 }
 
-/// Clears the listening flag when the listener task ends or is dropped with its runtime.
-struct Running(Arc<AtomicBool>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
-/// Tells every waiter whose child exited (or is not our child: nothing more will come).
-fn scan(reaper: &Reaper) {
-    let mut waiting = reaper.waiting.lock().unwrap_or_else(|p| p.into_inner());
+/// Whether our child `pid` exited (or is not our child: nothing more will come).
+fn has_exited(pid: u32) -> bool {
     let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    !matches!(
+        waitid(Id::Pid(Pid::from_raw(pid as i32)), flags),
+        Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
+    )
+}
+
+/// Tells every waiter whose child exited.
+fn scan() {
+    let mut waiting = reaper().waiting.lock().unwrap_or_else(|p| p.into_inner());
     let done: Vec<u32> = waiting
         .iter()
-        .filter(|(&pid, tx)| {
-            tx.is_closed()
-                || !matches!(
-                    waitid(Id::Pid(Pid::from_raw(pid as i32)), flags),
-                    Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
-                )
-        })
+        .filter(|(&pid, tx)| tx.is_closed() || has_exited(pid))
         .map(|(&pid, _)| pid)
         .collect();
     for pid in done {

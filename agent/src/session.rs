@@ -359,11 +359,13 @@ impl Session {
         Ok(())
     }
 
-    /// Drops the subscriptions whose stream is over (the PTY's `Exited` went out, or the
-    /// connection is closing), with their hold on the PTY: an ended PTY's master, ring and model
-    /// are freed although the client never detaches from an ended pane.
+    /// Drops the subscriptions of ended PTYs whose stream is over (`Exited` went out), with
+    /// their hold on the PTY: an ended PTY's master, ring and model are freed although the client
+    /// never detaches from an ended pane. A live PTY's subscription stays even if its stream
+    /// stopped: dropping it would detach a pane the client believes attached.
     pub fn prune_finished(&mut self) {
-        self.subs.retain(|_, sub| !sub.is_finished());
+        self.subs
+            .retain(|_, sub| !(sub.is_finished() && sub.pty_ended()));
     }
 
     /// Credit returned by the peer. Unknown PTYs are ignored (the ack may race a detach).

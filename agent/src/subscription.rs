@@ -78,6 +78,11 @@ impl Subscription {
         self.task.is_finished()
     }
 
+    /// Whether the PTY it follows has ended (its exit was published).
+    pub fn pty_ended(&self) -> bool {
+        self._attachment.pty().watch().borrow().exit.is_some()
+    }
+
     /// Starts forwarding the attached PTY's output from `start` into `out`, in chunks of at most `chunk`
     /// bytes, with a credit window of `window` bytes (`None`: the peer does not send acks, so no
     /// window applies).

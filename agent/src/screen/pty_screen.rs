@@ -132,15 +132,22 @@ impl PtyScreen {
         capacity: usize,
         incoming: usize,
     ) {
-        let fed = self.fed.load(Ordering::Acquire);
-        let needed = ring_end + incoming as u64;
-        if needed - fed > capacity as u64 {
+        if self.must_parse_before(ring_end, capacity, incoming) {
+            let needed = ring_end + incoming as u64;
             // Only what makes room, plus a chunk: the reader is held up briefly and often rather
             // than for a whole ring at once.
             let upto = needed - capacity as u64 + CATCH_UP_CHUNK as u64;
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             self.catch_up_locked(&mut inner, ring, upto);
         }
+    }
+
+    /// Whether appending `incoming` bytes to a ring ending at `ring_end` would drop bytes the model
+    /// has not parsed yet, so that [`PtyScreen::before_append`] parses (milliseconds of CPU) rather
+    /// than returning at once. One atomic load.
+    pub fn must_parse_before(&self, ring_end: u64, capacity: usize, incoming: usize) -> bool {
+        let fed = self.fed.load(Ordering::Acquire);
+        ring_end + incoming as u64 - fed > capacity as u64
     }
 
     /// Marks a catch-up as queued; returns `false` when one already is (the caller then need not

@@ -335,9 +335,9 @@ impl State {
     /// With the journal and every reap lock held: stop readers, write and check the state,
     /// `execve`. On failure undoes it all and returns why.
     fn cut(&self, bin: &Path, ptys: &[Arc<Pty>], fds: DaemonFds, exe: BorrowedFd<'_>) -> String {
-        pty_io::stop_readers();
+        pty_io::pause_io();
         for pty in ptys {
-            pty.join_reader();
+            pty.fence_io();
         }
         let since_ms = {
             let book = self.book();
@@ -385,10 +385,7 @@ impl State {
                 }
             },
         };
-        pty_io::clear_stop();
-        for pty in ptys {
-            pty.restart_reader();
-        }
+        pty_io::resume_io();
         why
     }
 
