@@ -22,7 +22,7 @@ use tokio::sync::mpsc::UnboundedSender;
 pub const JOURNAL_COUNTERS_EVERY: Duration = Duration::from_secs(5);
 
 /// One PTY's "counters changed since they were journaled" flag and the daemon's queue of PTYs
-/// whose counters are due. Shared by the PTY's reader thread and the daemon.
+/// whose counters are due. Shared by the PTY's reader task and the daemon.
 #[derive(Debug)]
 pub struct CounterNote {
     pty: PtyId,

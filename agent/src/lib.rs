@@ -26,7 +26,7 @@
 //! - [`wire_signal`]: the wire's (Linux) signal numbers mapped to the host's signals.
 //!
 //! IO around it:
-//! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter threads, race-free kill with a
+//! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter tasks, race-free kill with a
 //!   sweep of the PTY's session; [`pty_io`]: the PTY master as a plain descriptor; [`procfs`]:
 //!   what the agent reads from `/proc`;
 //! - [`handover`]: live upgrade — the state handed to a new binary across `execve` in the same

@@ -1,6 +1,6 @@
 //! The replay ring: the last `capacity` bytes of one PTY's output, addressed by absolute offsets.
 //!
-//! Sans-IO. The PTY reader thread appends everything it reads (it never waits for a client), and
+//! Sans-IO. The PTY reader task appends everything it reads (it never waits for a client), and
 //! each subscription reads from its own cursor. Offsets count bytes since the PTY was created and
 //! never reset (DESIGN §2 "offset"), so a reader that fell behind the oldest byte still held learns
 //! exactly which range it lost ([`ReadFrom::Gap`]) instead of silently jumping (rule E).
