@@ -123,8 +123,8 @@ impl PtyScreen {
 
     /// Called by the PTY reader before appending `incoming` bytes to `ring` (whose end is
     /// `ring_end` and capacity `capacity`, in bytes): when the append would drop bytes the model
-    /// has not parsed yet, parse enough of them now, in the reader (off the runtime's worker), to make room. Usually
-    /// one atomic load and nothing else.
+    /// has not parsed yet, parse enough of them now, in the reader (off the runtime's worker), to
+    /// make room. Usually one atomic load and nothing else.
     pub fn before_append(
         &self,
         ring: &Mutex<Ring>,
