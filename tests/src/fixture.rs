@@ -16,6 +16,7 @@
 //! inspection of the agent's shells. The docker CLI is used for `exec` (as any user) and for
 //! network faults.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -319,7 +320,13 @@ impl SshHost {
     /// known host key, no ssh-agent), followed by `args` (remote command, `-tt`, ...). Panics
     /// when the temp HOME's files cannot be written.
     pub fn plain_ssh(&self, args: &[&str]) -> std::process::Command {
-        self.write_known_hosts()
+        self.plain_ssh_via(self.port, args)
+    }
+
+    /// [`SshHost::plain_ssh`] connecting to local `port` instead (a [`crate::shaper::Shaper`]
+    /// in front of this host); the host key is trusted there too.
+    pub fn plain_ssh_via(&self, port: u16, args: &[&str]) -> std::process::Command {
+        self.trust_via(port)
             .expect("writing the test's known_hosts");
         let config = self.base_config().expect("writing the test's ssh config");
         let mut cmd = std::process::Command::new("ssh");
@@ -328,12 +335,37 @@ impl SshHost {
             .arg("-i")
             .arg(self.key_path())
             .args(["-o", "BatchMode=yes", "-p"])
-            .arg(self.port().to_string())
+            .arg(port.to_string())
             .arg(format!("{USER}@127.0.0.1"))
             .args(args)
             .env_remove("SSH_AUTH_SOCK")
             .stdin(Stdio::null());
         cmd
+    }
+
+    /// [`SshHost::options`] connecting to local `port` instead (a [`crate::shaper::Shaper`] in
+    /// front of this host), with the host key trusted there too.
+    ///
+    /// # Errors
+    /// On IO failure.
+    pub fn options_via(&self, agent: &Path, port: u16) -> Result<SshOptions> {
+        self.trust_via(port)?;
+        let mut opts = self.options(agent)?;
+        opts.destination = format!("{USER}@127.0.0.1:{port}");
+        Ok(opts)
+    }
+
+    /// Writes known_hosts with this host's line and the same key for `127.0.0.1:port`.
+    fn trust_via(&self, port: u16) -> Result<()> {
+        let p = self.write_known_hosts()?;
+        if port != self.port {
+            let line = format!("[127.0.0.1]:{port} {}\n", self.files.host_key);
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(p)?
+                .write_all(line.as_bytes())?;
+        }
+        Ok(())
     }
 
     /// Runs `sh -c cmd` in the container as the `relay` user.

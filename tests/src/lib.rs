@@ -474,6 +474,7 @@ pub mod fixture;
 pub mod images;
 pub mod inspect;
 pub mod pty_run;
+pub mod shaper;
 
 /// Every state a [`Host`] went through, recorded by a background task (a watch channel alone
 /// would let a test miss short states such as `Unresponsive`).

@@ -33,8 +33,12 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
 
 /// A supervised host on `ssh` with default settings (SSH ConnectTimeout 5 s).
 fn host(ssh: &SshHost) -> anyhow::Result<Host> {
-    ssh.write_known_hosts()?;
-    let mut opts = ssh.options(&relay_tests::bins().agent)?;
+    host_via(ssh, ssh.port())
+}
+
+/// The same, connecting to local `port` (a shaping proxy in front of `ssh`, or its own port).
+pub(super) fn host_via(ssh: &SshHost, port: u16) -> anyhow::Result<Host> {
+    let mut opts = ssh.options_via(&relay_tests::bins().agent, port)?;
     opts.connect_timeout = Some(Duration::from_secs(5));
     Ok(Host::open(
         SshTransport::new(opts),
@@ -159,6 +163,36 @@ async fn restore(ssh: &SshHost, rows: &mut Vec<Row>) -> anyhow::Result<()> {
 async fn reattach(n: usize, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let ssh = SshHost::start().await?;
     let host = host(&ssh)?;
+    let (relay, passes) = reattach_times(&ssh, &host, n).await?;
+    let mut plain = Vec::new();
+    for _ in 0..runs(RUNS) {
+        let t = Instant::now();
+        let out = ssh.plain_ssh(&["true"]).output()?;
+        anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
+        plain.push(t.elapsed());
+    }
+    rows.push(row(
+        &format!("killed connection → {n} panes re-attached"),
+        &relay,
+        &plain,
+        "`ssh host true` (a fresh connect)",
+    ));
+    rows.push(row(
+        &format!("of which the re-attach pass of {n} panes (connected → all resumed)"),
+        &passes,
+        &[],
+        "—",
+    ));
+    Ok(())
+}
+
+/// Opens `n` panes on `host`, then, per round, kills the SSH connection on `ssh` and times
+/// until every pane resumed, and the re-attach pass alone (connected → all resumed).
+pub(super) async fn reattach_times(
+    ssh: &SshHost,
+    host: &Host,
+    n: usize,
+) -> anyhow::Result<(Vec<Duration>, Vec<Duration>)> {
     let resumed = Arc::new(AtomicUsize::new(0));
     let mut readers = Vec::new();
     for i in 0..n {
@@ -178,7 +212,7 @@ async fn reattach(n: usize, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let mut relay = Vec::new();
     let mut passes = Vec::new();
     for round in 1..=runs(RUNS) {
-        until(&host, connected).await?;
+        until(host, connected).await?;
         let mut states = host.state();
         let t = Instant::now();
         ssh.kill_ssh_connections().await?;
@@ -206,39 +240,20 @@ async fn reattach(n: usize, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         relay.push(done - t);
         passes.push(done.saturating_duration_since(connected_at.await?));
     }
-    let mut plain = Vec::new();
-    for _ in 0..runs(RUNS) {
-        let t = Instant::now();
-        let out = ssh.plain_ssh(&["true"]).output()?;
-        anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
-        plain.push(t.elapsed());
-    }
-    rows.push(row(
-        &format!("killed connection → {n} panes re-attached"),
-        &relay,
-        &plain,
-        "`ssh host true` (a fresh connect)",
-    ));
-    rows.push(row(
-        &format!("of which the re-attach pass of {n} panes (connected → all resumed)"),
-        &passes,
-        &[],
-        "—",
-    ));
     for r in readers {
         r.abort();
     }
-    Ok(())
+    Ok((relay, passes))
 }
 
 /// A raw, echo-less `cat`: one byte in, the same byte out.
-struct Echo {
-    pane: PaneHandle,
-    input: InputWriter,
+pub(super) struct Echo {
+    pub(super) pane: PaneHandle,
+    pub(super) input: InputWriter,
 }
 
 impl Echo {
-    async fn samples(&mut self, n: usize) -> anyhow::Result<Vec<Duration>> {
+    pub(super) async fn samples(&mut self, n: usize) -> anyhow::Result<Vec<Duration>> {
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let byte = b'a' + (i % 26) as u8;
@@ -258,7 +273,7 @@ impl Echo {
     }
 }
 
-const RAW_CAT: &str = "stty raw -echo; echo ready; exec cat";
+pub(super) const RAW_CAT: &str = "stty raw -echo; echo ready; exec cat";
 
 /// Echo round trip, p50 and p99: idle; next to a pane flooding with `yes` whose output is read
 /// as fast as it comes; next to one whose output nobody reads. Baseline: `ssh -tt host` running
@@ -320,7 +335,16 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
 
 /// Plain OpenSSH: `ssh -tt host 'stty raw -echo; cat'`, a byte in, the byte out.
 async fn plain_echo(ssh: &SshHost) -> anyhow::Result<Vec<Duration>> {
-    let mut child = tokio::process::Command::from(ssh.plain_ssh(&["-tt", RAW_CAT]))
+    plain_echo_via(ssh, ssh.port(), runs(ECHO_SAMPLES)).await
+}
+
+/// The same through local `port`, `samples` times (after 20 to warm up).
+pub(super) async fn plain_echo_via(
+    ssh: &SshHost,
+    port: u16,
+    samples: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut child = tokio::process::Command::from(ssh.plain_ssh_via(port, &["-tt", RAW_CAT]))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -334,7 +358,6 @@ async fn plain_echo(ssh: &SshHost) -> anyhow::Result<Vec<Duration>> {
         anyhow::ensure!(n > 0, "ssh ended");
         seen.extend_from_slice(&buf[..n]);
     }
-    let samples = runs(ECHO_SAMPLES);
     let mut out = Vec::with_capacity(samples);
     for i in 0..samples + 20 {
         let byte = b'a' + (i % 26) as u8;

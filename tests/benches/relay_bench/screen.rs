@@ -9,7 +9,7 @@ use relay_protocol::{PaneKey, Resume};
 use relay_tests::TestHome;
 
 use super::stats::{rate_row, row, runs, smoke, Row};
-use super::{open, rate, read_to, SEQ, THROUGHPUT_RUNS};
+use super::{open, rate, read_to, seq, THROUGHPUT_RUNS};
 
 const IDLE_PANES: usize = 100;
 const REATTACH_RUNS: usize = 5;
@@ -33,13 +33,13 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         for (session, into) in [(&s_on, &mut with), (&s_off, &mut without)] {
             let pane = PaneKey::new("bench", "seq", i.to_string());
             let t = Instant::now();
-            let mut handle = open(session, pane, &SEQ).await?;
+            let mut handle = open(session, pane, &seq()).await?;
             let bytes = read_to(&mut handle, |_, exited| exited).await?;
             into.push(rate(bytes, t.elapsed()));
         }
     }
     rows.push(rate_row(
-        "local `seq 1 3000000`, terminal model on",
+        &format!("local `{}`, terminal model on", seq().join(" ")),
         &with,
         &without,
         "same agent build, model off",

@@ -46,20 +46,22 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     for i in 0..runs(THROUGHPUT_RUNS) {
         let pane = PaneKey::new("bench", "ssh-seq", i.to_string());
         let t = Instant::now();
-        let mut handle = open(&session, pane, &SEQ).await?;
+        let mut handle = open(&session, pane, &seq()).await?;
         let bytes = read_to(&mut handle, |_, exited| exited).await?;
         relay_rate.push(rate(bytes, t.elapsed()));
 
         let t = Instant::now();
-        let out = host.plain_ssh(&["-tt", "seq", "1", "3000000"]).output()?;
+        let mut plain = vec!["-tt"];
+        plain.extend(seq());
+        let out = host.plain_ssh(&plain).output()?;
         anyhow::ensure!(out.status.success(), "plain ssh failed");
         plain_rate.push(rate(out.stdout.len() as u64, t.elapsed()));
     }
     rows.push(rate_row(
-        "ssh `seq 1 3000000` throughput",
+        &format!("ssh `{}` throughput", seq().join(" ")),
         &relay_rate,
         &plain_rate,
-        "`ssh -tt host seq 1 3000000`",
+        "`ssh -tt host seq ...`",
     ));
     let _ = transport.describe();
     Ok(())

@@ -1,0 +1,218 @@
+//! Slow links (issue 9, scenario 7): pane create → first output, keystroke echo, throughput and
+//! the re-attach of 100 panes over 50 ms and 200 ms round trips, through the test crate's
+//! shaping proxy (this kernel has no `netem`), each next to plain OpenSSH through the same proxy.
+//!
+//! Needs Docker and root (the re-attach kills the SSH connection inside the container).
+
+use std::process::Stdio;
+
+use relay_tests::fixture::SshHost;
+use relay_tests::shaper::{Link, Shaper};
+use tokio::io::AsyncReadExt;
+
+use super::resilience::{host_via, plain_echo_via, reattach_times, Echo, RAW_CAT};
+use super::stats::{rate_row, row, runs, smoke, Row};
+use super::*;
+
+const CREATE_RUNS: usize = 10;
+const ECHO_SAMPLES: usize = 50;
+
+pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let ssh = SshHost::start().await?;
+    let target = format!("127.0.0.1:{}", ssh.port()).parse()?;
+    let rtts: &[u64] = if smoke() { &[50] } else { &[50, 200] };
+    for &rtt in rtts {
+        let shaper = Shaper::start(target, Link::rtt_ms(rtt)).await?;
+        let port = shaper.port();
+        let over = |what: &str| format!("{what}, {rtt} ms round trip");
+        let host = host_via(&ssh, port)?;
+        let ws = host.workspace("link");
+
+        // Pane create → first output on a warm connection. Baseline: a new session channel with
+        // a PTY on an OpenSSH master connection that is already up (ControlMaster).
+        let _warm = ws.open("warm", &rtt.to_string(), sh("exec cat")).await?;
+        let mut create = Vec::new();
+        for i in 0..runs(CREATE_RUNS) {
+            let t = Instant::now();
+            let (_c, mut pane) = ws
+                .open(
+                    "create",
+                    &format!("{rtt}-{i}"),
+                    sh("printf ready; exec cat"),
+                )
+                .await?;
+            read_to(&mut pane, |text, _| text.contains("ready")).await?;
+            create.push(t.elapsed());
+        }
+        let mux = Mux::start(&ssh, port).await?;
+        let mut plain = Vec::new();
+        for _ in 0..runs(CREATE_RUNS) {
+            plain.push(mux.first_output(&ssh, port, "printf ready").await?);
+        }
+        rows.push(row(
+            &over("pane create → first output, warm connection"),
+            &create,
+            &plain,
+            "new `ssh -tt` channel on a warm ControlMaster",
+        ));
+        rows.push(round_trips(
+            &over("of which round trips"),
+            &create,
+            &plain,
+            rtt,
+        ));
+
+        // Keystroke echo.
+        let (c, mut pane) = ws.open("echo", &rtt.to_string(), sh(RAW_CAT)).await?;
+        read_to(&mut pane, |text, _| text.contains("ready")).await?;
+        let mut echo = Echo {
+            input: host.input_writer(&c.binding),
+            pane,
+        };
+        echo.samples(runs(5)).await?;
+        let relay = echo.samples(runs(ECHO_SAMPLES)).await?;
+        let plain = plain_echo_via(&ssh, port, runs(ECHO_SAMPLES)).await?;
+        rows.push(row(
+            &over("echo round trip"),
+            &relay,
+            &plain,
+            "`ssh -tt host` raw cat",
+        ));
+
+        // Throughput: until the command's exit is on the screen. A host pane that falls a whole
+        // ring behind resumes from a snapshot of the screen (as mosh does) rather than sending
+        // every byte, so this counts the PTY's output offset reached, not bytes delivered.
+        let lines = if smoke() { "200000" } else { "5000000" };
+        let (mut relay, mut plain, mut skipped) = (Vec::new(), Vec::new(), 0u64);
+        for i in 0..runs(3) {
+            let t = Instant::now();
+            let (_c, mut pane) = ws
+                .open("seq", &format!("{rtt}-{i}"), sh(&format!("seq 1 {lines}")))
+                .await?;
+            let (end, snapshots) = until_exit(&mut pane).await?;
+            relay.push(rate(end, t.elapsed()));
+            skipped += snapshots;
+            let t = Instant::now();
+            let out = ssh
+                .plain_ssh_via(port, &["-tt", "seq", "1", lines])
+                .output()?;
+            anyhow::ensure!(out.status.success(), "plain ssh seq failed");
+            plain.push(rate(out.stdout.len() as u64, t.elapsed()));
+        }
+        rows.push(rate_row(
+            &over(&format!(
+                "`seq 1 {lines}` until its exit is on the screen ({skipped} snapshot skips)"
+            )),
+            &relay,
+            &plain,
+            "`ssh -tt host seq ...` (every byte)",
+        ));
+
+        // Re-attach after the connection is killed.
+        let n = if smoke() { 3 } else { 100 };
+        let (total, passes) = reattach_times(&ssh, &host, n).await?;
+        rows.push(row(
+            &over(&format!("killed connection → {n} panes re-attached")),
+            &total,
+            &[],
+            "—",
+        ));
+        rows.push(row(
+            &over(&format!("of which the re-attach pass of {n} panes")),
+            &passes,
+            &[],
+            "—",
+        ));
+        rows.push(round_trips(
+            &over(&format!("re-attach pass of {n} panes in round trips")),
+            &passes,
+            &[],
+            rtt,
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a host pane until `Exited`; returns the output offset reached and how many times the
+/// stream resumed from a snapshot instead of bytes.
+async fn until_exit(pane: &mut PaneHandle) -> anyhow::Result<(u64, u64)> {
+    let (mut end, mut snapshots) = (0, 0);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(120), pane.next()).await? {
+            Some(PaneEvent::Output { offset, data }) => end = offset + data.len() as u64,
+            Some(PaneEvent::Snapshot { offset, .. }) => {
+                end = offset;
+                snapshots += 1;
+            }
+            Some(PaneEvent::Exited { .. }) => return Ok((end, snapshots)),
+            Some(PaneEvent::Event { .. }) => {}
+            other => anyhow::bail!("unexpected {other:?} while reading to the exit"),
+        }
+    }
+}
+
+/// Medians of `relay` and `base` as multiples of the round trip.
+fn round_trips(what: &str, relay: &[Duration], base: &[Duration], rtt_ms: u64) -> Row {
+    let trips = |d: &[Duration]| {
+        d.iter()
+            .map(|d| d.as_secs_f64() * 1e3 / rtt_ms as f64)
+            .collect::<Vec<_>>()
+    };
+    Row::samples(what, &trips(relay), &trips(base), "RTT", 2, "same as above")
+}
+
+/// An OpenSSH master connection (`ControlMaster`), so each baseline sample opens only a channel.
+struct Mux {
+    socket: std::path::PathBuf,
+    master: tokio::process::Child,
+}
+
+impl Mux {
+    async fn start(ssh: &SshHost, port: u16) -> anyhow::Result<Mux> {
+        let socket = ssh.home().join(format!("mux-{port}"));
+        let sock = socket.to_string_lossy().into_owned();
+        // Options after the destination are still options to OpenSSH, up to the command.
+        let cmd = ssh.plain_ssh_via(port, &["-o", "ControlMaster=yes", "-S", &sock, "-N"]);
+        let master = tokio::process::Command::from(cmd)
+            .stderr(Stdio::null())
+            .spawn()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            anyhow::ensure!(Instant::now() < deadline, "the ssh master did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(Mux { socket, master })
+    }
+
+    /// From starting `ssh -S socket -tt host script` to its first output containing `ready`.
+    async fn first_output(
+        &self,
+        ssh: &SshHost,
+        port: u16,
+        script: &str,
+    ) -> anyhow::Result<Duration> {
+        let sock = self.socket.to_string_lossy().into_owned();
+        let cmd = ssh.plain_ssh_via(port, &["-S", &sock, "-tt", script]);
+        let t = Instant::now();
+        let mut child = tokio::process::Command::from(cmd)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let mut stdout = child.stdout.take().expect("piped");
+        let (mut seen, mut buf) = (Vec::new(), [0u8; 256]);
+        while !String::from_utf8_lossy(&seen).contains("ready") {
+            let n = stdout.read(&mut buf).await?;
+            anyhow::ensure!(n > 0, "ssh ended before its output");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let elapsed = t.elapsed();
+        let _ = child.wait().await;
+        Ok(elapsed)
+    }
+}
+
+impl Drop for Mux {
+    fn drop(&mut self) {
+        let _ = self.master.start_kill();
+    }
+}
