@@ -68,8 +68,9 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         "model off",
     ));
 
-    // Re-attach to a correct screen after 50 MB (smoke: 2 MB) of output the client missed.
-    let missed: u64 = if smoke() { 2_000_000 } else { 50_000_000 };
+    // Re-attach to a correct screen after 50 MB (smoke: 6 MB, still more than the 4 MiB ring)
+    // of output the client missed.
+    let missed: u64 = if smoke() { 6_000_000 } else { 50_000_000 };
     let pane = PaneKey::new("bench", "missed", "0");
     let script = format!(
         "read go; head -c {missed} /dev/zero | tr '\\0' 'x' | fold -w 79; printf 'end-marker'; read end"
