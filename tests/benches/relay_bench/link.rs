@@ -2,10 +2,13 @@
 //! the re-attach of 100 panes over 50 ms and 200 ms round trips, through the test crate's
 //! shaping proxy (this kernel has no `netem`), each next to plain OpenSSH through the same proxy.
 //!
+//! Then deploy to a fresh host and re-connect to it over a 200 ms, 10 Mbit/s link.
+//!
 //! Needs Docker and root (the re-attach kills the SSH connection inside the container).
 
 use std::process::Stdio;
 
+use relay_connector::ssh::SshTransport;
 use relay_tests::fixture::SshHost;
 use relay_tests::shaper::{Link, Shaper};
 use tokio::io::AsyncReadExt;
@@ -130,6 +133,61 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
             rtt,
         ));
     }
+    deploy(rows).await
+}
+
+/// Deploy to a fresh host, and re-connect once deployed, over a 200 ms / 10 Mbit/s link (smoke:
+/// 50 ms / 100 Mbit/s). Baselines through the same link: uploading the same agent binary with
+/// plain `ssh host 'cat > file'`, and `ssh host true` with relay's key exchange.
+async fn deploy(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let (rtt, mbit) = if smoke() { (50, 100) } else { (200, 10) };
+    let ssh = SshHost::start().await?;
+    let target = format!("127.0.0.1:{}", ssh.port()).parse()?;
+    let shaper = Shaper::start(target, Link::rtt_ms(rtt).mbit(mbit)).await?;
+    let port = shaper.port();
+    let agent = &relay_tests::bins().agent;
+    let transport = SshTransport::new(ssh.options_via(agent, port)?);
+    let over = |what: &str| format!("{what}, {rtt} ms / {mbit} Mbit/s link");
+
+    let t = Instant::now();
+    drop(Session::connect(&transport, "relay-bench").await?);
+    let deploy = t.elapsed();
+    let t = Instant::now();
+    let upload = ssh
+        .plain_ssh_via(port, &["cat > /tmp/agent-upload"])
+        .stdin(std::fs::File::open(agent)?)
+        .output()?;
+    anyhow::ensure!(upload.status.success(), "plain upload failed: {upload:?}");
+    let plain = t.elapsed();
+    rows.push(row(
+        &over(&format!(
+            "first connect incl. deploy of the {:.1} MB agent",
+            std::fs::metadata(agent)?.len() as f64 / 1e6
+        )),
+        &[deploy],
+        &[plain],
+        "`ssh host 'cat > file' < agent` (the upload alone)",
+    ));
+
+    let (mut relay, mut plain) = (Vec::new(), Vec::new());
+    for _ in 0..runs(5) {
+        let t = Instant::now();
+        let s = Session::connect(&transport, "relay-bench").await?;
+        s.ping().await?;
+        relay.push(t.elapsed());
+        let t = Instant::now();
+        let out = ssh
+            .plain_ssh_via(port, &["-o", "KexAlgorithms=curve25519-sha256", "true"])
+            .output()?;
+        anyhow::ensure!(out.status.success(), "plain ssh failed: {out:?}");
+        plain.push(t.elapsed());
+    }
+    rows.push(row(
+        &over("re-connect (already deployed) → agent answers"),
+        &relay,
+        &plain,
+        "`ssh -o KexAlgorithms=curve25519-sha256 host true`",
+    ));
     Ok(())
 }
 

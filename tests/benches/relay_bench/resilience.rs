@@ -230,12 +230,19 @@ pub(super) async fn reattach_times(
                 }
             }
         });
-        tokio::time::timeout(Duration::from_secs(120), async {
+        let all = tokio::time::timeout(Duration::from_secs(120), async {
             while resumed.load(Ordering::SeqCst) < n * round {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
-        .await?;
+        .await;
+        anyhow::ensure!(
+            all.is_ok(),
+            "round {round}: {} of {} resumes after 120 s; host state {:?}",
+            resumed.load(Ordering::SeqCst),
+            n * round,
+            *host.state().borrow()
+        );
         let done = Instant::now();
         relay.push(done - t);
         passes.push(done.saturating_duration_since(connected_at.await?));
