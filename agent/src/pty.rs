@@ -320,6 +320,11 @@ impl Pty {
         self.progress.borrow().end
     }
 
+    /// Whether the PTY ended (its exit was published to subscribers).
+    pub fn has_ended(&self) -> bool {
+        self.progress.borrow().exit.is_some()
+    }
+
     /// Last output time (ms since the Unix epoch), if any output was seen.
     pub fn last_output_ms(&self) -> Option<u64> {
         Some(self.last_output_ms.load(Ordering::Relaxed)).filter(|&t| t > 0)

@@ -174,16 +174,9 @@ impl Spawned {
     ) {
         let Spawned { pty, eof, .. } = self;
         tokio::spawn(async move {
-            match crate::reaper::exited(pty.pid) {
-                // Resolves (or fails: the reaper gave up on the pid) once the child exited.
-                Ok(exited) => {
-                    let _ = exited.await;
-                }
-                Err(e) => {
-                    tracing::error!(binding = %pty.binding, "cannot learn of the shell's exit: {e}");
-                    return;
-                }
-            }
+            // Resolves once the child exited (an error: the reaper gave up on the pid, which
+            // is not our child any more; reaping then reports why).
+            let _ = crate::reaper::exited(pty.pid).await;
             let status = match reap(&pty).await {
                 Ok(s) => s,
                 Err(e) => {

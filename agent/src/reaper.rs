@@ -30,13 +30,27 @@ fn reaper() -> &'static Reaper {
     })
 }
 
-/// Resolves once our child `pid` has exited (it is left unreaped).
-///
-/// # Errors
-/// The `SIGCHLD` listener could not be started (then nothing would ever tell us of an exit).
-pub fn exited(pid: u32) -> std::io::Result<oneshot::Receiver<()>> {
-    listening()?;
+/// How often a pid is asked directly when the `SIGCHLD` listener could not be started.
+const POLL_WITHOUT_LISTENER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Resolves once our child `pid` has exited (it is left unreaped). Must be called within the
+/// daemon's runtime. Should the `SIGCHLD` listener fail to start (no thread could be made), the
+/// exit is still learnt, by asking every 200 ms, and the failure is logged.
+pub fn exited(pid: u32) -> oneshot::Receiver<()> {
     let (tx, rx) = oneshot::channel();
+    if let Err(e) = listening() {
+        tracing::error!(
+            pid,
+            "{e}; checking for the exit every {POLL_WITHOUT_LISTENER:?}"
+        );
+        tokio::spawn(async move {
+            while !has_exited(pid) {
+                tokio::time::sleep(POLL_WITHOUT_LISTENER).await;
+            }
+            let _ = tx.send(());
+        });
+        return rx;
+    }
     let mut waiting = reaper().waiting.lock().unwrap_or_else(|p| p.into_inner());
     // It may have exited before it was registered: no later SIGCHLD would tell.
     if has_exited(pid) {
@@ -44,7 +58,7 @@ pub fn exited(pid: u32) -> std::io::Result<oneshot::Receiver<()>> {
     } else {
         waiting.insert(pid, tx);
     }
-    Ok(rx)
+    rx
 }
 
 /// Starts the listener thread once and waits until its `SIGCHLD` handler is in place.

@@ -66,7 +66,7 @@ pub struct Subscription {
     task: JoinHandle<()>,
     /// This subscriber's count on the lease; dropped with the subscription (after the task is
     /// aborted), it detaches.
-    _attachment: Attachment,
+    attachment: Attachment,
     acks: watch::Sender<u64>,
     /// Offset up to which output was handed to the connection (or skipped as a gap).
     sent: Arc<AtomicU64>,
@@ -80,7 +80,7 @@ impl Subscription {
 
     /// Whether the PTY it follows has ended (its exit was published).
     pub fn pty_ended(&self) -> bool {
-        self._attachment.pty().watch().borrow().exit.is_some()
+        self.attachment.pty().has_ended()
     }
 
     /// Starts forwarding the attached PTY's output from `start` into `out`, in chunks of at most `chunk`
@@ -113,7 +113,7 @@ impl Subscription {
         let task = tokio::spawn(forwarder.run(start).in_current_span());
         Subscription {
             task,
-            _attachment: attachment,
+            attachment,
             acks,
             sent,
         }
