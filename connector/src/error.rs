@@ -11,6 +11,7 @@
 //! | [`Error::BridgeExited`] (the agent bridge ended before answering) | [`Error::AgentCannotRun`] (the host cannot execute it) |
 //! | [`Error::Deploy`] (an upload or its verification failed) | [`Error::Incompatible`] (another protocol major) |
 //! | [`Error::Timeout`], [`Error::Spawn`] | [`Error::Handshake`] (the stream is not relay: shell startup output), [`Error::Config`] |
+//! | | [`Error::HostKeyChanged`] (changed or revoked) |
 //! | | [`Error::Policy`] (the agent refused the stated cleanup policy) |
 //! | | [`Error::NoAgent`] (no daemon runs and the caller asked not to start one) |
 //!
@@ -66,9 +67,16 @@ pub enum Error {
     /// SSH-level failure that retrying might fix (connect refused, timeout, dropped, keepalive).
     #[error("ssh: {0}")]
     Ssh(String),
-    /// The host key is unknown or changed; retrying cannot fix it.
+    /// The host key is unknown (not in known_hosts, and not accepted), or known_hosts could not
+    /// be read or written; retrying cannot fix it. Accepting the key (`--accept-new`, or a yes
+    /// from the [`HostKeyPrompt`](crate::ssh::HostKeyPrompt)) can.
     #[error("host key: {0}")]
     HostKey(String),
+    /// The host presents a key other than the one known_hosts records for it, or a key marked
+    /// `@revoked`; retrying cannot fix it and nobody is asked (as OpenSSH refuses a changed key
+    /// even under `StrictHostKeyChecking=accept-new`). The message names the file and line.
+    #[error("host key: {0}")]
+    HostKeyChanged(String),
     /// Authentication failed; retrying cannot fix it.
     #[error("authentication failed: {0}")]
     Auth(String),
@@ -210,6 +218,7 @@ mod tests {
         ];
         let permanent = [
             Error::HostKey(s()),
+            Error::HostKeyChanged(s()),
             Error::Auth(s()),
             Error::NoAgentBinary(s()),
             Error::AgentCannotRun(s()),

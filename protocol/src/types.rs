@@ -82,6 +82,26 @@ impl fmt::Display for PtyId {
     }
 }
 
+impl std::str::FromStr for PtyId {
+    type Err = ParsePtyIdError;
+
+    /// Parses the printed form `<incarnation hex>.<counter>` (as `relayctl leases` shows it).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let parsed = s.split_once('.').and_then(|(inc, counter)| {
+            Some(PtyId {
+                incarnation: Incarnation(u64::from_str_radix(inc, 16).ok()?),
+                counter: counter.parse().ok()?,
+            })
+        });
+        parsed.ok_or_else(|| ParsePtyIdError(s.to_string()))
+    }
+}
+
+/// A string that is not a PTY id (`<incarnation hex>.<counter>`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a PTY id (`<incarnation hex>.<counter>`, as `relayctl leases` prints it)")]
+pub struct ParsePtyIdError(pub String);
+
 /// What a mutation names: the pane key and the exact PTY the caller believes it holds (rule C).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Binding {

@@ -114,7 +114,7 @@ fn prefer_recorded(default: &[Algorithm], recorded: &[Algorithm]) -> Vec<Algorit
 /// Connects and authenticates to `cfg`, through its `ProxyJump`/`ProxyCommand` if any.
 ///
 /// # Errors
-/// [`Error::HostKey`] / [`Error::Auth`] (a retry cannot fix them), [`Error::Config`] for a bad
+/// [`Error::HostKey`] / [`Error::HostKeyChanged`] / [`Error::Auth`] (a retry cannot fix them), [`Error::Config`] for a bad
 /// jump host or proxy, [`Error::Ssh`] for network failures and timeouts.
 pub(crate) fn connect<'a>(
     cfg: &'a HostConfig,

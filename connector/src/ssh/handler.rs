@@ -16,8 +16,9 @@ use crate::Error;
 pub(crate) enum HandlerError {
     /// russh failed (network, protocol, keepalive).
     Russh(russh::Error),
-    /// The host key was refused; the message names the fingerprint or the file and line.
-    HostKey(String),
+    /// The host key was refused ([`Error::HostKey`] or [`Error::HostKeyChanged`]); the message
+    /// names the fingerprint or the file and line.
+    HostKey(Error),
 }
 
 impl From<russh::Error> for HandlerError {
@@ -30,7 +31,7 @@ impl HandlerError {
     /// Converts to the connector's error, saying what was being done (`context`).
     pub(crate) fn into_error(self, context: &str) -> Error {
         match self {
-            HandlerError::HostKey(msg) => Error::HostKey(msg),
+            HandlerError::HostKey(e) => e,
             HandlerError::Russh(e) => russh_error(context, e),
         }
     }
@@ -97,7 +98,7 @@ impl russh::client::Handler for ClientHandler {
             DisconnectReason::Error(HandlerError::Russh(e)) => {
                 format!("ssh connection failed: {e}")
             }
-            DisconnectReason::Error(HandlerError::HostKey(msg)) => msg.clone(),
+            DisconnectReason::Error(HandlerError::HostKey(e)) => e.to_string(),
         };
         tracing::debug!("ssh disconnected: {text}");
         *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
@@ -131,11 +132,15 @@ impl russh::client::Handler for ClientHandler {
             known_hosts::verify(&host, port, &key, &files, policy, prompt.as_ref())
         })
         .await
-        .map_err(|e| HandlerError::HostKey(format!("host key check failed: {e}")))?;
+        .map_err(|e| {
+            HandlerError::HostKey(Error::HostKey(format!("host key check failed: {e}")))
+        })?;
         match verdict {
             Ok(()) => Ok(true),
-            Err(Error::HostKey(msg)) => Err(HandlerError::HostKey(msg)),
-            Err(other) => Err(HandlerError::HostKey(other.to_string())),
+            Err(e @ (Error::HostKey(_) | Error::HostKeyChanged(_))) => {
+                Err(HandlerError::HostKey(e))
+            }
+            Err(other) => Err(HandlerError::HostKey(Error::HostKey(other.to_string()))),
         }
     }
 }

@@ -190,8 +190,8 @@ pub fn fingerprint(key: &PublicKey) -> String {
 ///
 /// # Errors
 /// [`Error::HostKey`] for an unknown key under [`HostKeyPolicy::Strict`] (or
-/// [`HostKeyPolicy::Ask`] without a yes), for any changed key, and when an accepted key cannot be
-/// written to the known_hosts file.
+/// [`HostKeyPolicy::Ask`] without a yes) and when an accepted key cannot be written to the
+/// known_hosts file; [`Error::HostKeyChanged`] for any changed or revoked key.
 pub fn verify(
     host: &str,
     port: u16,
@@ -203,7 +203,7 @@ pub fn verify(
     let name = host_entry_name(host, port);
     let alg = key.algorithm();
     if let Some((file, line)) = revoked(key, files)? {
-        return Err(Error::HostKey(format!(
+        return Err(Error::HostKeyChanged(format!(
             "the {alg} host key of {name} ({fp}) is REVOKED: {file} line {line} marks this key \
              as revoked, so relay refuses it. Ask the host's administrator for the current key",
             fp = fingerprint(key),
@@ -212,7 +212,7 @@ pub fn verify(
     }
     match lookup(host, port, key, files)? {
         Verdict::Known => Ok(()),
-        Verdict::Changed { file, line } => Err(Error::HostKey(format!(
+        Verdict::Changed { file, line } => Err(Error::HostKeyChanged(format!(
             "the {alg} host key of {name} has CHANGED: the server now presents {fp}, but {file} \
              line {line} records a different key. Someone may be intercepting the connection, or \
              the host was reinstalled. If you know why it changed, remove line {line} from {file} \

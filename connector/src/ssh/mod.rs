@@ -18,7 +18,8 @@
 //! One [`Transport::open`](crate::transport::Transport::open) = one SSH connection and one exec
 //! channel; the session layer puts every workspace and pane of the host on it.
 //!
-//! Error kinds: [`Error::HostKey`](crate::Error::HostKey), [`Error::Auth`](crate::Error::Auth) and
+//! Error kinds: [`Error::HostKey`](crate::Error::HostKey) (unknown key),
+//! [`Error::HostKeyChanged`](crate::Error::HostKeyChanged), [`Error::Auth`](crate::Error::Auth) and
 //! [`Error::Config`](crate::Error::Config) cannot be fixed by retrying;
 //! [`Error::Ssh`](crate::Error::Ssh) (network, timeouts, keepalive) can.
 

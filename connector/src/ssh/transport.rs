@@ -139,7 +139,8 @@ impl SshTransport {
     /// `options.start_agent` is off); returns the stream and the deploy report.
     ///
     /// # Errors
-    /// [`Error::HostKey`], [`Error::Auth`] and [`Error::Config`] (a retry cannot fix them),
+    /// [`Error::HostKey`], [`Error::HostKeyChanged`], [`Error::Auth`] and [`Error::Config`] (a
+    /// retry cannot fix them),
     /// [`Error::Deploy`], and [`Error::Ssh`] for network failures (transient).
     pub async fn open_with_report(
         &self,

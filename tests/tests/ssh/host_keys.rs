@@ -60,8 +60,8 @@ async fn changed_host_key_is_refused_naming_file_and_line() {
     let err = Session::connect(&SshTransport::new(opts), "ssh-tests")
         .await
         .unwrap_err();
-    let Error::HostKey(msg) = &err else {
-        panic!("expected a host key error, got {err:?}");
+    let Error::HostKeyChanged(msg) = &err else {
+        panic!("expected a changed-host-key error, got {err:?}");
     };
     assert!(msg.contains("CHANGED"), "{msg}");
     assert!(msg.contains(&format!("{} line 2", kh.display())), "{msg}");
@@ -111,8 +111,8 @@ async fn revoked_host_key_is_refused_even_with_accept_new() {
         let err = Session::connect(&SshTransport::new(opts), "ssh-tests")
             .await
             .unwrap_err();
-        let Error::HostKey(msg) = &err else {
-            panic!("expected a host key error, got {err:?}");
+        let Error::HostKeyChanged(msg) = &err else {
+            panic!("expected a changed-host-key error, got {err:?}");
         };
         assert!(msg.contains("REVOKED"), "{msg}");
         assert!(msg.contains(&format!("{} line 3", kh.display())), "{msg}");

@@ -8,7 +8,7 @@
 use anyhow::Context;
 use relay_connector::Session;
 use relay_protocol::message::{LeaseRow, PolicyInfo, Tag};
-use relay_protocol::{Binding, Capability, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId};
+use relay_protocol::{Binding, Capability, LeaseInfo, LeaseState, PaneKey, PtyId};
 
 /// The leases as one reply listed them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,14 +249,8 @@ pub fn parse_pane(s: &str) -> anyhow::Result<PaneKey> {
 
 /// `<incarnation hex>.<counter>`, as printed by `relayctl leases`.
 pub fn parse_pty(s: &str) -> anyhow::Result<PtyId> {
-    let parsed = s.split_once('.').and_then(|(inc, counter)| {
-        Some(PtyId {
-            incarnation: Incarnation(u64::from_str_radix(inc, 16).ok()?),
-            counter: counter.parse().ok()?,
-        })
-    });
-    parsed.with_context(|| {
-        format!(
+    s.parse::<PtyId>().map_err(|_| {
+        anyhow::anyhow!(
             "{s:?} is neither a PTY id (`<incarnation>.<counter>`) nor a pane key \
              (`workspace/tab/leaf`); copy one from `relayctl leases`"
         )

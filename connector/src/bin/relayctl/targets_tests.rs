@@ -1,6 +1,7 @@
 //! IDs (PTY id, pane key, the old `PANE --pty ID` form, unknown ones) and the leases filters.
 
 use super::*;
+use relay_protocol::Incarnation;
 use relay_protocol::TermSize;
 
 pub(crate) fn pty(counter: u64) -> PtyId {
