@@ -45,6 +45,18 @@ pub enum Command {
     ///
     /// Escapes and signals work as for `relay shell`.
     Attach(PaneArgs),
+    /// Serve a desktop app over JSON-RPC 2.0 on stdin/stdout (one object per line; logs on
+    /// stderr). The app spawns this and talks to it; see docs/embedding.md. Exits when stdin
+    /// closes; nothing on any host ends then.
+    Serve(ServeArgs),
+}
+
+/// How `relay serve` talks to the app.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// JSON-RPC on stdin and stdout (the only mode).
+    #[arg(long, required = true)]
+    pub stdio: bool,
 }
 
 /// Which pane, where.

@@ -12,6 +12,7 @@ mod input;
 mod modes;
 mod policy;
 mod screen;
+mod serve;
 mod shell;
 mod status;
 mod terminal;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         match &cli.command {
             cli::Command::Shell(args) => shell::run(args, shell::Mode::Shell).await,
             cli::Command::Attach(args) => shell::run(args, shell::Mode::Attach).await,
+            cli::Command::Serve(_) => serve::run().await,
         }
     });
     match result {

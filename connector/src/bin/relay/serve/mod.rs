@@ -1,0 +1,244 @@
+//! `relay serve --stdio`: the sidecar a desktop app spawns (docs/embedding.md). JSON-RPC 2.0,
+//! one object per line on stdin/stdout; logs on stderr.
+//!
+//! It is a thin shell over the library: one [`Host`] per destination (supervisor, reconnects,
+//! re-attach), one [`PaneHandle`](relay_connector::PaneHandle) per pane the app holds, an
+//! [`InputWriter`] per pane for ordered input. The host is the source of truth: the app
+//! rebuilds its terminals from `workspace.hydrate`, which asks the host and never answers from
+//! what the sidecar remembers; only `pane.open` may spawn.
+//!
+//! - [`rpc`]: framing, bounded lines, the stdout writer, questions to the app.
+//! - [`wire`]: JSON shapes and error codes.
+//! - `hosts`, `panes`, `workspace`: the methods.
+//!
+//! A bad line (not JSON, unknown method, bad parameters, bad base64, over [`rpc::MAX_LINE`])
+//! gets an error reply and nothing else happens. When stdin closes (the app quit or crashed)
+//! the sidecar exits; nothing on any host ends (rule A).
+
+mod hosts;
+mod panes;
+pub mod rpc;
+pub mod wire;
+mod workspace;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use relay_connector::{Host, InputWriter};
+use relay_protocol::{Binding, PtyId, TermSize};
+use serde_json::{json, Value};
+use tokio::sync::{oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use rpc::{Incoming, Line, LineReader, Out, RpcError};
+use wire::Params;
+
+/// Runs the sidecar until stdin closes; returns the exit code (0).
+pub async fn run() -> anyhow::Result<u8> {
+    let closed = CancellationToken::new();
+    let out = Out::start(tokio::io::stdout(), closed.clone());
+    let server = Arc::new(Server::new(out.clone()));
+    let mut lines = LineReader::new(tokio::io::stdin());
+    tracing::info!("relay serve: reading JSON-RPC from stdin");
+    loop {
+        let line = tokio::select! {
+            line = lines.next() => line,
+            () = closed.cancelled() => None,
+        };
+        match line {
+            None => break,
+            Some(Line::Refused(err)) => out.reply(Value::Null, Err(err)).await,
+            Some(Line::Text(text)) if text.trim().is_empty() => {}
+            Some(Line::Text(text)) => server.handle(text.as_bytes()).await,
+        }
+    }
+    // The app is gone. Its hosts' connections close with the process; every PTY keeps running
+    // on its host (rule A), for the next sidecar to hydrate and attach.
+    tracing::info!("stdin closed; relay serve exits");
+    Ok(0)
+}
+
+/// Everything the sidecar holds: hosts by id, panes by `(host id, PTY)`.
+pub struct Server {
+    out: Out,
+    hosts: Mutex<HashMap<String, HostEntry>>,
+    panes: Mutex<HashMap<(String, PtyId), PaneEntry>>,
+    next_id: AtomicU64,
+}
+
+/// One opened host.
+struct HostEntry {
+    /// The `destination` the app gave (a second `host.open` of it returns this host).
+    destination: String,
+    host: Host,
+}
+
+/// One pane the app holds.
+struct PaneEntry {
+    binding: Binding,
+    /// Distinguishes this hold from a later one of the same PTY (a second attach replaces it).
+    generation: u64,
+    /// Taken when the app detaches (queued input is still delivered).
+    input: Option<InputWriter>,
+    size: watch::Sender<Option<TermSize>>,
+    credit: Arc<panes::AppCredit>,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for PaneEntry {
+    fn drop(&mut self) {
+        // The pump owns the pane handle: aborting it detaches (best effort); the PTY runs on.
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A method's answer, and what to start once the answer is on its way (a pane's stream starts
+/// after the reply that names its binding).
+pub struct Answer {
+    result: Value,
+    then: Option<oneshot::Sender<()>>,
+}
+
+impl From<Value> for Answer {
+    fn from(result: Value) -> Self {
+        Answer { result, then: None }
+    }
+}
+
+type Outcome = Result<Answer, RpcError>;
+
+/// Methods answered on the reader loop itself, in the order they arrive (input must keep its
+/// order; these never wait).
+const INLINE: &[&str] = &[
+    "pane.input",
+    "pane.ack",
+    "pane.resize",
+    "pane.detach",
+    "host.retry",
+];
+
+impl Server {
+    fn new(out: Out) -> Server {
+        Server {
+            out,
+            hosts: Mutex::new(HashMap::new()),
+            panes: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn hosts(&self) -> MutexGuard<'_, HashMap<String, HostEntry>> {
+        // Whole-map operations only: a panic cannot leave the map torn.
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn panes(&self) -> MutexGuard<'_, HashMap<(String, PtyId), PaneEntry>> {
+        self.panes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The host of id `id`.
+    fn host(&self, id: &str) -> Result<Host, RpcError> {
+        self.hosts().get(id).map(|h| h.host.clone()).ok_or_else(|| {
+            RpcError::new(
+                "unknown_host",
+                format!("no host {id:?} is open in this sidecar; call host.open first"),
+            )
+        })
+    }
+
+    /// One line from the app.
+    async fn handle(self: &Arc<Self>, line: &[u8]) {
+        match rpc::parse(line) {
+            Err((id, err)) => self.out.reply(id, Err(err)).await,
+            Ok(Incoming::Answer { id, outcome }) => {
+                if !self.out.answered(id, outcome) {
+                    tracing::warn!(id, "an answer to no open question of the sidecar");
+                }
+            }
+            Ok(Incoming::Request { id, method, params }) => {
+                self.run_call(Some(id), method, params).await
+            }
+            Ok(Incoming::Notification { method, params }) => {
+                self.run_call(None, method, params).await
+            }
+        }
+    }
+
+    /// Runs one call inline (see [`INLINE`]) or on its own task, and answers it when it has an
+    /// id.
+    async fn run_call(self: &Arc<Self>, id: Option<Value>, method: String, params: Value) {
+        if INLINE.contains(&method.as_str()) {
+            let outcome = self.call_inline(&method, Params(&params)).map(Answer::from);
+            answer(&self.out, id, outcome).await;
+            return;
+        }
+        let server = self.clone();
+        tokio::spawn(async move {
+            let outcome = server.call(&method, Params(&params)).await;
+            answer(&server.out, id, outcome).await;
+        });
+    }
+
+    fn call_inline(&self, method: &str, p: Params<'_>) -> Result<Value, RpcError> {
+        match method {
+            "pane.input" => self.pane_input(p),
+            "pane.ack" => self.pane_ack(p),
+            "pane.resize" => self.pane_resize(p),
+            "pane.detach" => self.pane_detach(p),
+            "host.retry" => self.host_retry(p),
+            _ => unreachable!("INLINE lists only these"),
+        }
+    }
+
+    async fn call(self: &Arc<Self>, method: &str, p: Params<'_>) -> Outcome {
+        match method {
+            "host.open" => self.host_open(p).map(Answer::from),
+            "host.close" => self.host_close(p).map(Answer::from),
+            "workspace.hydrate" => self.hydrate(p).await.map(Answer::from),
+            "workspace.kill_all" => self.kill_all(p).await.map(Answer::from),
+            "pane.open" => self.pane_open(p).await,
+            "pane.attach" => self.pane_attach(p).await,
+            "pane.signal" => self.pane_signal(p).await.map(Answer::from),
+            "pane.kill" => self.pane_kill(p).await.map(Answer::from),
+            other => Err(RpcError {
+                rpc_code: rpc::codes::METHOD_NOT_FOUND,
+                ..RpcError::new(
+                    "method_not_found",
+                    format!("no method {other:?}; see docs/embedding.md for the methods"),
+                )
+            }),
+        }
+    }
+}
+
+/// Sends the answer of a call with an id; a notification's outcome is only logged. Starts
+/// what waits for the answer.
+async fn answer(out: &Out, id: Option<Value>, outcome: Outcome) {
+    let (result, then) = match outcome {
+        Ok(Answer { result, then }) => (Ok(result), then),
+        Err(e) => (Err(e), None),
+    };
+    match id {
+        Some(id) => out.reply(id, result).await,
+        None => {
+            if let Err(e) = result {
+                tracing::info!(code = e.code, "a notification failed: {}", e.message);
+            }
+        }
+    }
+    if let Some(start) = then {
+        let _ = start.send(());
+    }
+}
+
+/// `{}`: the result of a call that returns nothing.
+fn done() -> Value {
+    json!({})
+}

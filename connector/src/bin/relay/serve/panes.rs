@@ -1,0 +1,387 @@
+//! `pane.*` methods and each held pane's stream: the pump that turns its events into
+//! notifications under the app's own credit (`pane.ack`), and the resizer.
+//!
+//! Output credit: the pump sends at most [`APP_WINDOW`] bytes of a pane's output beyond the
+//! offset the app last acked. A renderer that stops acking stops its pump; the pane's queue in
+//! the library then fills, the agent stops forwarding that pane (its credit window) and keeps
+//! draining the PTY into its replay ring. No other pane, workspace or host notices (rule F).
+
+use std::sync::{Arc, Mutex};
+
+use relay_connector::{Host, InputFailures, PaneEvent, PaneHandle};
+use relay_protocol::{Binding, Resume, SpawnSpec, TermSize};
+use serde_json::{json, Value};
+use tokio::sync::{oneshot, watch, Notify};
+
+use super::rpc::RpcError;
+use super::wire::{self, Params};
+use super::{done, Answer, Outcome, PaneEntry, Server};
+
+/// Bytes of output the sidecar sends for one pane beyond the app's last `pane.ack`: 1 MiB.
+pub const APP_WINDOW: u64 = 1 << 20;
+
+/// One pane's output credit from the app.
+pub struct AppCredit {
+    /// `(end, acked)`: the offset after the last byte sent, and the app's last ack (raised over
+    /// bytes a snapshot or gap stands for).
+    offsets: Mutex<(u64, u64)>,
+    room: Notify,
+}
+
+impl AppCredit {
+    fn new(start: u64) -> AppCredit {
+        AppCredit {
+            offsets: Mutex::new((start, start)),
+            room: Notify::new(),
+        }
+    }
+
+    fn offsets(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
+        self.offsets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn has_room(&self) -> bool {
+        let (end, acked) = *self.offsets();
+        end.saturating_sub(acked) < APP_WINDOW
+    }
+
+    /// Waits until less than [`APP_WINDOW`] bytes are unacked.
+    async fn room(&self) {
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.has_room() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// `ev` is being sent to the app.
+    fn sent(&self, ev: &PaneEvent) {
+        let mut o = self.offsets();
+        match ev {
+            PaneEvent::Output { offset, data } => o.0 = o.0.max(offset + data.len() as u64),
+            PaneEvent::Snapshot { offset, .. } | PaneEvent::Gap { to: offset, .. } => {
+                o.0 = o.0.max(*offset);
+                o.1 = o.1.max(*offset);
+            }
+            _ => {}
+        }
+    }
+
+    /// The app consumed output up to `offset`.
+    pub fn ack(&self, offset: u64) {
+        {
+            let mut o = self.offsets();
+            o.1 = o.1.max(offset.min(o.0));
+        }
+        self.room.notify_waiters();
+    }
+}
+
+impl Server {
+    /// `pane.open {host, pane, command?, cwd?, env?, term?, size?}` → `{binding, created}`; the
+    /// stream starts from offset 0 after the reply. The only method that may spawn; idempotent
+    /// by pane key (a live pane is attached, rule D).
+    pub(super) async fn pane_open(self: &Arc<Self>, p: Params<'_>) -> Outcome {
+        let host_id = p.str("host")?;
+        let host = self.host(host_id)?;
+        let pane = p.pane("pane")?;
+        let env = match p.0.get("env") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Object(vars)) => vars
+                .iter()
+                .map(|(k, v)| match v.as_str() {
+                    Some(v) => Ok((k.clone(), v.to_string())),
+                    None => Err(RpcError::params(format!("`env.{k}` must be a string"))),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(RpcError::params("`env` must be an object of strings")),
+        };
+        let spec = SpawnSpec {
+            command: p.strings("command")?,
+            cwd: p.opt_str("cwd")?.map(str::to_string),
+            term: p.opt_str("term")?.map(str::to_string),
+            size: p.size("size")?,
+            env,
+        };
+        let (created, handle) = host
+            .open_pane(pane, spec, Resume::From(0))
+            .await
+            .map_err(|e| self.host_error(&host, e))?;
+        let (binding, start) = self.hold(host_id, &host, handle);
+        Ok(Answer {
+            result: json!({"binding": binding, "created": !created.existed}),
+            then: Some(start),
+        })
+    }
+
+    /// `pane.attach {host, pane, pty, resume_from?}` → `{binding, replay_from, lost}`; never
+    /// creates (rule B). Attaches only when the host's lease for exactly this pane key has
+    /// exactly this PTY; else `not_found`, `ended` or `mismatch`. Without `resume_from` the
+    /// stream starts with a snapshot of the screen.
+    pub(super) async fn pane_attach(self: &Arc<Self>, p: Params<'_>) -> Outcome {
+        let host_id = p.str("host")?;
+        let host = self.host(host_id)?;
+        let pane = p.pane("pane")?;
+        let pty = p.pty("pty")?;
+        let resume = match p.opt_u64("resume_from")? {
+            Some(offset) => Resume::From(offset),
+            None => Resume::Snapshot,
+        };
+        let handle = host
+            .attach_pane(pane, Some(pty), resume)
+            .await
+            .map_err(|e| self.host_error(&host, e))?;
+        let attached = handle.attached().clone();
+        let (binding, start) = self.hold(host_id, &host, handle);
+        Ok(Answer {
+            result: json!({
+                "binding": binding,
+                "replay_from": attached.replay_from,
+                "end": attached.end_offset,
+                "lost": attached.lost,
+                "size": wire::size_json(attached.size),
+            }),
+            then: Some(start),
+        })
+    }
+
+    /// Keeps `handle`: its pump (started by the returned sender, after the reply), input
+    /// writer and resizer. Replaces an earlier hold of the same PTY. Returns the binding JSON.
+    fn hold(
+        self: &Arc<Self>,
+        host_id: &str,
+        host: &Host,
+        handle: PaneHandle,
+    ) -> (Value, oneshot::Sender<()>) {
+        let binding = handle.binding().clone();
+        let json = wire::binding_json(host_id, &binding);
+        let mut input = host.input_writer(&binding);
+        let failures = input.failures();
+        let credit = Arc::new(AppCredit::new(handle.next_offset()));
+        let (size, sizes) = watch::channel(None);
+        let generation = self.next_id();
+        let key = (host_id.to_string(), binding.pty);
+        let (start, started) = oneshot::channel();
+        let pump = tokio::spawn(pump(
+            self.clone(),
+            key.clone(),
+            generation,
+            Stream {
+                handle,
+                credit: credit.clone(),
+                failures,
+                binding: json.clone(),
+            },
+            started,
+        ));
+        let resizer = tokio::spawn(resizer(host.clone(), binding.clone(), sizes));
+        let entry = PaneEntry {
+            binding,
+            generation,
+            input: Some(input),
+            size,
+            credit,
+            tasks: vec![pump.abort_handle(), resizer.abort_handle()],
+        };
+        // Dropping a replaced entry aborts its tasks; its handle's release cannot touch the new
+        // subscription (the library keys it by its own sink).
+        let _replaced = self.panes().insert(key, entry);
+        (json, start)
+    }
+
+    /// Runs `f` on the entry of the binding in `p.binding`.
+    fn with_pane<T>(
+        &self,
+        p: &Params<'_>,
+        f: impl FnOnce(&PaneEntry) -> Result<T, RpcError>,
+    ) -> Result<T, RpcError> {
+        let (host, binding) = p.binding("binding")?;
+        let panes = self.panes();
+        match panes.get(&(host.clone(), binding.pty)) {
+            Some(entry) if entry.binding == binding => f(entry),
+            _ => Err(RpcError::new(
+                "unknown_binding",
+                format!(
+                    "this sidecar holds no pane {binding} on host {host:?} (never attached, \
+                     detached, or its stream ended); hydrate and attach again"
+                ),
+            )),
+        }
+    }
+
+    /// `pane.input {binding, data}` (base64): queued in order for the PTY; `input_full` when
+    /// the pane's queue is over its bound (1 MiB) while the host is away.
+    pub(super) fn pane_input(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        let data = p.bytes("data")?;
+        self.with_pane(&p, |e| {
+            let input = e
+                .input
+                .as_ref()
+                .expect("only a detached entry has no input writer");
+            input.push(data).map_err(|e| wire::from_error(&e))?;
+            Ok(done())
+        })
+    }
+
+    /// `pane.ack {binding, offset}`: output up to `offset` was consumed.
+    pub(super) fn pane_ack(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        let offset = p
+            .opt_u64("offset")?
+            .ok_or_else(|| RpcError::params("`offset` (an output offset) is missing"))?;
+        self.with_pane(&p, |e| {
+            e.credit.ack(offset);
+            Ok(done())
+        })
+    }
+
+    /// `pane.resize {binding, cols, rows}`: applied in order, the latest size winning; again
+    /// after every re-attach.
+    pub(super) fn pane_resize(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        let size = p.size_fields()?;
+        self.with_pane(&p, |e| {
+            e.size.send_replace(Some(size));
+            Ok(done())
+        })
+    }
+
+    /// `pane.detach {binding}`: stops the stream and detaches; the PTY keeps running. Input
+    /// already queued is still delivered (bounded).
+    pub(super) fn pane_detach(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        self.with_pane(&p, |_| Ok(()))?;
+        let (host, binding) = p.binding("binding")?;
+        let entry = self.panes().remove(&(host, binding.pty));
+        if let Some(input) = entry.and_then(|mut e| e.input.take()) {
+            tokio::spawn(tokio::time::timeout(DETACH_GRACE, input.finish()));
+        }
+        Ok(done())
+    }
+
+    /// `pane.signal {binding, signal}`: a name (`"INT"`, `"SIGINT"`) or a Linux number, to the
+    /// PTY's foreground process group.
+    pub(super) async fn pane_signal(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        let signal = match p.0.get("signal") {
+            Some(Value::Number(n)) => n.as_i64().and_then(|n| i32::try_from(n).ok()),
+            Some(Value::String(s)) => {
+                let name = s.to_ascii_uppercase();
+                let name = if name.starts_with("SIG") {
+                    name
+                } else {
+                    format!("SIG{name}")
+                };
+                name.parse::<nix::sys::signal::Signal>()
+                    .ok()
+                    .map(|s| s as i32)
+            }
+            _ => None,
+        }
+        .ok_or_else(|| RpcError::params("`signal` must be a signal name (\"INT\") or number"))?;
+        let (host, binding) = self.held(&p)?;
+        let session = host
+            .session()
+            .await
+            .map_err(|e| self.host_error(&host, e))?;
+        session
+            .signal(&binding, signal)
+            .await
+            .map_err(|e| wire::from_error(&e))?;
+        Ok(done())
+    }
+
+    /// `pane.kill {binding}`: ends the PTY (SIGHUP, then SIGKILL after the agent's grace); the
+    /// stream then ends with `pane.exited`.
+    pub(super) async fn pane_kill(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        let (host, binding) = self.held(&p)?;
+        let session = host
+            .session()
+            .await
+            .map_err(|e| self.host_error(&host, e))?;
+        session
+            .kill(&binding)
+            .await
+            .map_err(|e| wire::from_error(&e))?;
+        Ok(done())
+    }
+
+    /// The host and binding of a held pane.
+    fn held(&self, p: &Params<'_>) -> Result<(Host, Binding), RpcError> {
+        let binding = self.with_pane(p, |e| Ok(e.binding.clone()))?;
+        let (host_id, _) = p.binding("binding")?;
+        Ok((self.host(&host_id)?, binding))
+    }
+
+    /// The pump of `key` ended after a final event: forget the pane unless a newer hold of the
+    /// same PTY replaced it.
+    fn stream_ended(&self, key: &(String, relay_protocol::PtyId), generation: u64) {
+        let mut panes = self.panes();
+        if panes.get(key).is_some_and(|e| e.generation == generation) {
+            let entry = panes.remove(key);
+            drop(panes);
+            drop(entry);
+        }
+    }
+}
+
+/// How long a detached pane's queued input may take to be delivered.
+const DETACH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a pane's pump reads and writes.
+struct Stream {
+    handle: PaneHandle,
+    credit: Arc<AppCredit>,
+    failures: InputFailures,
+    binding: Value,
+}
+
+/// Sends the pane's events as notifications, within the app's credit, until a final event.
+async fn pump(
+    server: Arc<Server>,
+    key: (String, relay_protocol::PtyId),
+    generation: u64,
+    mut s: Stream,
+    started: oneshot::Receiver<()>,
+) {
+    // After the reply naming the binding (or at once if the reply could not be sent).
+    let _ = started.await;
+    loop {
+        let credit = s.credit.clone();
+        let next = async {
+            credit.room().await;
+            s.handle.next().await
+        };
+        tokio::select! {
+            ev = next => {
+                let Some(ev) = ev else { break };
+                s.credit.sent(&ev);
+                let (method, params) = wire::event_json(&s.binding, &ev);
+                server.out.notify(method, params).await;
+                if ev.is_final() {
+                    break;
+                }
+            }
+            err = s.failures.next() => {
+                let error = wire::error_json(&wire::from_error(&err));
+                server
+                    .out
+                    .notify("pane.input_failed", json!({"binding": s.binding, "error": error}))
+                    .await;
+            }
+        }
+    }
+    server.stream_ended(&key, generation);
+}
+
+/// Applies the latest size asked for, in order.
+async fn resizer(host: Host, binding: Binding, mut sizes: watch::Receiver<Option<TermSize>>) {
+    while sizes.changed().await.is_ok() {
+        let Some(size) = *sizes.borrow_and_update() else {
+            continue;
+        };
+        if let Err(e) = host.resize(&binding, size).await {
+            tracing::info!(%binding, "resize failed: {e}");
+        }
+    }
+}

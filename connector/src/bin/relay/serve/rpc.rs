@@ -1,0 +1,419 @@
+//! JSON-RPC 2.0 over stdio, one JSON object per line (docs/embedding.md, "Framing"): reading
+//! bounded lines, telling requests from notifications and from the app's answers, the one
+//! writer of stdout, and requests the sidecar itself sends to the app.
+//!
+//! Nothing but JSON-RPC messages is ever written to stdout; logs go to stderr.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio_util::codec::{Decoder, LinesCodec, LinesCodecError};
+
+/// Longest line the sidecar reads, in bytes (newline excluded): 4 MiB, room for 3 MiB of
+/// base64-encoded input in one `pane.input`. A longer line gets a `line_too_long` error (with
+/// `id: null`, as its id cannot be read) and is skipped; the next line is read normally.
+pub const MAX_LINE: usize = 4 << 20;
+
+/// Messages queued for stdout before producers wait (each is one line).
+const OUT_QUEUE: usize = 1024;
+
+/// How long a question to the app (`host_key.confirm`, `auth.passphrase`) waits for its answer;
+/// no answer counts as "no".
+pub const APP_ANSWER_WITHIN: Duration = Duration::from_secs(120);
+
+/// JSON-RPC 2.0 error codes (§5.1 of the specification) used next to the stable string code in
+/// `error.data.code`.
+pub mod codes {
+    /// Invalid JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Not a request object.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// No such method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Bad parameters.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Every error of relay itself (the string code says which).
+    pub const RELAY: i64 = -32000;
+}
+
+/// An error reply: the JSON-RPC `code`, relay's stable string code (`error.data.code`), a
+/// message with the fix, and extra fields merged into `error.data`.
+#[derive(Debug, Clone)]
+pub struct RpcError {
+    /// JSON-RPC code ([`codes`]).
+    pub rpc_code: i64,
+    /// Stable string code (`not_found`, `mismatch`, `invalid_params`, ...).
+    pub code: &'static str,
+    /// What went wrong and how to fix it.
+    pub message: String,
+    /// Further fields of `error.data` (e.g. `current` for `mismatch`).
+    pub data: serde_json::Map<String, Value>,
+}
+
+impl RpcError {
+    /// A relay error (`rpc_code` [`codes::RELAY`]).
+    pub fn new(code: &'static str, message: impl Into<String>) -> RpcError {
+        RpcError {
+            rpc_code: codes::RELAY,
+            code,
+            message: message.into(),
+            data: serde_json::Map::new(),
+        }
+    }
+
+    /// Bad parameters (`invalid_params`).
+    pub fn params(message: impl Into<String>) -> RpcError {
+        RpcError {
+            rpc_code: codes::INVALID_PARAMS,
+            ..RpcError::new("invalid_params", message)
+        }
+    }
+
+    /// Adds `key: value` to `error.data`.
+    pub fn with(mut self, key: &str, value: Value) -> RpcError {
+        self.data.insert(key.to_string(), value);
+        self
+    }
+
+    fn to_json(&self) -> Value {
+        let mut data = self.data.clone();
+        data.insert("code".into(), json!(self.code));
+        json!({"code": self.rpc_code, "message": self.message, "data": data})
+    }
+}
+
+/// One line from the app, classified.
+#[derive(Debug)]
+pub enum Incoming {
+    /// A call: answer with a result or an error under `id`.
+    Request {
+        /// The app's id, echoed back.
+        id: Value,
+        /// Method name.
+        method: String,
+        /// Parameters (an object; `{}` when absent).
+        params: Value,
+    },
+    /// A call without id: no answer is sent, not even for errors (JSON-RPC §4.1).
+    Notification {
+        /// Method name.
+        method: String,
+        /// Parameters.
+        params: Value,
+    },
+    /// The app's answer to a question the sidecar asked.
+    Answer {
+        /// The sidecar's id.
+        id: u64,
+        /// `result`, or `error`.
+        outcome: Result<Value, Value>,
+    },
+}
+
+/// Classifies one line. `Err` carries the error reply and the id to send it under (`null` when
+/// the line's id could not be read).
+pub fn parse(line: &[u8]) -> Result<Incoming, (Value, RpcError)> {
+    let value: Value = serde_json::from_slice(line).map_err(|e| {
+        let err = RpcError {
+            rpc_code: codes::PARSE_ERROR,
+            ..RpcError::new(
+                "parse_error",
+                format!("the line is not valid JSON ({e}); send one JSON-RPC object per line"),
+            )
+        };
+        (Value::Null, err)
+    })?;
+    let invalid = |id: Value, why: &str| {
+        let err = RpcError {
+            rpc_code: codes::INVALID_REQUEST,
+            ..RpcError::new(
+                "invalid_request",
+                format!("not a JSON-RPC 2.0 request: {why}"),
+            )
+        };
+        (id, err)
+    };
+    let Value::Object(mut obj) = value else {
+        return Err(invalid(Value::Null, "expected an object"));
+    };
+    let id = obj.remove("id");
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err(invalid(id.unwrap_or_default(), "`jsonrpc` must be \"2.0\""));
+    }
+    if !obj.contains_key("method") && (obj.contains_key("result") || obj.contains_key("error")) {
+        let Some(id) = id.as_ref().and_then(Value::as_u64) else {
+            return Err(invalid(
+                Value::Null,
+                "an answer whose id the sidecar never sent",
+            ));
+        };
+        let outcome = match obj.remove("error") {
+            Some(e) => Err(e),
+            None => Ok(obj.remove("result").unwrap_or_default()),
+        };
+        return Ok(Incoming::Answer { id, outcome });
+    }
+    let Some(Value::String(method)) = obj.remove("method") else {
+        return Err(invalid(id.unwrap_or_default(), "`method` must be a string"));
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => json!({}),
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            let err = RpcError::params("`params` must be an object (named parameters)");
+            return Err((id.unwrap_or_default(), err));
+        }
+    };
+    match id {
+        None => Ok(Incoming::Notification { method, params }),
+        Some(id @ (Value::String(_) | Value::Number(_))) => {
+            Ok(Incoming::Request { id, method, params })
+        }
+        Some(_) => Err(invalid(Value::Null, "`id` must be a string or a number")),
+    }
+}
+
+/// Reads lines of at most [`MAX_LINE`] bytes. An over-long line is reported once and skipped;
+/// reading goes on with the next line.
+pub struct LineReader<R> {
+    input: R,
+    buf: BytesMut,
+    codec: LinesCodec,
+    eof: bool,
+}
+
+/// One read: a line, or a line that was too long.
+pub enum Line {
+    /// A complete line (without the newline).
+    Text(String),
+    /// A line longer than [`MAX_LINE`] (its rest is skipped), or one that is not UTF-8.
+    Refused(RpcError),
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    /// Reads from `input`.
+    pub fn new(input: R) -> Self {
+        LineReader {
+            input,
+            buf: BytesMut::with_capacity(64 * 1024),
+            codec: LinesCodec::new_with_max_length(MAX_LINE),
+            eof: false,
+        }
+    }
+
+    /// The next line; `None` at the end of the input (the app closed stdin).
+    pub async fn next(&mut self) -> Option<Line> {
+        loop {
+            // The codec is used directly, not through `FramedRead`, which ends the stream
+            // after the first error: an over-long line must not end the sidecar.
+            let decoded = if self.eof {
+                self.codec.decode_eof(&mut self.buf)
+            } else {
+                self.codec.decode(&mut self.buf)
+            };
+            match decoded {
+                Ok(Some(line)) => return Some(Line::Text(line)),
+                Ok(None) if self.eof => return None,
+                Ok(None) => {}
+                Err(LinesCodecError::MaxLineLengthExceeded) => {
+                    let err = RpcError {
+                        rpc_code: codes::INVALID_REQUEST,
+                        ..RpcError::new(
+                            "line_too_long",
+                            format!(
+                                "a line is longer than {MAX_LINE} bytes and was skipped; split \
+                                 large input into several pane.input calls"
+                            ),
+                        )
+                    };
+                    return Some(Line::Refused(err.with("limit", json!(MAX_LINE))));
+                }
+                Err(LinesCodecError::Io(e)) => {
+                    let err = RpcError {
+                        rpc_code: codes::PARSE_ERROR,
+                        ..RpcError::new(
+                            "parse_error",
+                            format!("the line is not UTF-8 ({e}); send JSON text"),
+                        )
+                    };
+                    return Some(Line::Refused(err));
+                }
+            }
+            match self.input.read_buf(&mut self.buf).await {
+                Ok(0) | Err(_) => self.eof = true,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// The stdout side: every reply, notification and question goes through one writer task, one
+/// line each. Cheap to clone.
+#[derive(Clone)]
+pub struct Out {
+    tx: mpsc::Sender<Value>,
+    asked: Arc<Asked>,
+}
+
+/// Questions to the app awaiting an answer.
+struct Asked {
+    next: AtomicU64,
+    waiting: Mutex<HashMap<u64, std::sync::mpsc::Sender<Result<Value, Value>>>>,
+}
+
+impl Out {
+    /// Starts the writer task on `output`; it ends when every `Out` is dropped or a write fails
+    /// (the app closed stdout: `closed` is then cancelled).
+    pub fn start(
+        output: impl AsyncWrite + Unpin + Send + 'static,
+        closed: tokio_util::sync::CancellationToken,
+    ) -> Out {
+        let (tx, mut rx) = mpsc::channel::<Value>(OUT_QUEUE);
+        tokio::spawn(async move {
+            let mut output = tokio::io::BufWriter::with_capacity(256 * 1024, output);
+            while let Some(msg) = rx.recv().await {
+                let mut line = serde_json::to_vec(&msg).unwrap_or_default();
+                line.push(b'\n');
+                let mut ok = output.write_all(&line).await.is_ok();
+                // Write what is queued as one batch, then flush once.
+                while ok {
+                    let Ok(msg) = rx.try_recv() else { break };
+                    let mut line = serde_json::to_vec(&msg).unwrap_or_default();
+                    line.push(b'\n');
+                    ok = output.write_all(&line).await.is_ok();
+                }
+                if !ok || output.flush().await.is_err() {
+                    tracing::info!("stdout closed; the app is gone");
+                    closed.cancel();
+                    return;
+                }
+            }
+        });
+        Out {
+            tx,
+            asked: Arc::new(Asked {
+                next: AtomicU64::new(1),
+                waiting: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    async fn send(&self, msg: Value) {
+        // Fails only when the writer stopped (stdout closed); the sidecar is ending then.
+        let _ = self.tx.send(msg).await;
+    }
+
+    /// Answers request `id`.
+    pub async fn reply(&self, id: Value, outcome: Result<Value, RpcError>) {
+        let msg = match outcome {
+            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+            Err(e) => json!({"jsonrpc": "2.0", "id": id, "error": e.to_json()}),
+        };
+        self.send(msg).await;
+    }
+
+    /// Sends notification `method`. Waits while stdout's queue is full (the app reads slowly).
+    pub async fn notify(&self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await;
+    }
+
+    /// Asks the app `method` and waits (this thread) up to [`APP_ANSWER_WITHIN`] for its
+    /// answer. `None` when it did not answer in time, answered with an error, or is gone. Call
+    /// it only on a blocking thread: the SSH transport runs its callbacks there.
+    pub fn ask_blocking(&self, method: &str, params: Value) -> Option<Value> {
+        let id = self.asked.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.waiting().insert(id, tx);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let answer = match self.tx.blocking_send(msg) {
+            Ok(()) => rx.recv_timeout(APP_ANSWER_WITHIN).ok(),
+            Err(_) => None,
+        };
+        self.waiting().remove(&id);
+        match answer {
+            Some(Ok(result)) => Some(result),
+            Some(Err(error)) => {
+                tracing::info!(%method, %error, "the app answered a question with an error");
+                None
+            }
+            None => {
+                tracing::warn!(%method, "the app did not answer in time; taken as no");
+                None
+            }
+        }
+    }
+
+    /// Hands the app's answer to the question that waits for it; `false` for an unknown id.
+    pub fn answered(&self, id: u64, outcome: Result<Value, Value>) -> bool {
+        match self.waiting().remove(&id) {
+            Some(tx) => tx.send(outcome).is_ok(),
+            None => false,
+        }
+    }
+
+    fn waiting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<u64, std::sync::mpsc::Sender<Result<Value, Value>>>>
+    {
+        // Whole-map operations only: a panic cannot leave it torn.
+        self.asked.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_classified_and_bad_ones_named() {
+        let ok = parse(br#"{"jsonrpc":"2.0","id":7,"method":"host.open","params":{"a":1}}"#);
+        assert!(matches!(ok, Ok(Incoming::Request { ref method, .. }) if method == "host.open"));
+        let note = parse(br#"{"jsonrpc":"2.0","method":"pane.ack"}"#);
+        assert!(matches!(note, Ok(Incoming::Notification { .. })));
+        let answer = parse(br#"{"jsonrpc":"2.0","id":3,"result":{"accept":true}}"#);
+        assert!(matches!(
+            answer,
+            Ok(Incoming::Answer {
+                id: 3,
+                outcome: Ok(_)
+            })
+        ));
+        for (line, code, id) in [
+            (&b"{not json"[..], "parse_error", Value::Null),
+            (b"[1,2]", "invalid_request", Value::Null),
+            (br#"{"id":1,"method":"x"}"#, "invalid_request", json!(1)),
+            (
+                br#"{"jsonrpc":"2.0","id":2,"method":5}"#,
+                "invalid_request",
+                json!(2),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":"a","method":"x","params":[1]}"#,
+                "invalid_params",
+                json!("a"),
+            ),
+        ] {
+            let (got_id, err) = parse(line).unwrap_err();
+            assert_eq!(err.code, code, "{}", String::from_utf8_lossy(line));
+            assert_eq!(got_id, id);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_over_long_line_is_refused_and_the_next_one_read() {
+        let mut input = vec![b'x'; MAX_LINE + 10];
+        input.extend_from_slice(b"\n{\"ok\":1}\nlast");
+        let mut lines = LineReader::new(&input[..]);
+        assert!(matches!(lines.next().await, Some(Line::Refused(e)) if e.code == "line_too_long"));
+        assert!(matches!(lines.next().await, Some(Line::Text(t)) if t == "{\"ok\":1}"));
+        assert!(matches!(lines.next().await, Some(Line::Text(t)) if t == "last"));
+        assert!(lines.next().await.is_none());
+    }
+}

@@ -1,0 +1,482 @@
+//! The sidecar's JSON shapes (docs/embedding.md, "Shapes"): pane keys, bindings, sizes, pane
+//! events, lease rows, host states, and the stable error codes of the library's errors.
+//!
+//! Shapes are written here by hand, not derived from the protocol's types: the wire format
+//! between connector and agent may grow, the JSON contract with apps is documented and stable.
+
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use relay_connector::{Error, HostState, PaneEvent};
+use relay_protocol::{
+    Binding, EndReason, ErrorReply, ExitStatus, LeaseInfo, LeaseState, PaneKey, PtyId, ScreenEvent,
+    TermSize,
+};
+use serde_json::{json, Map, Value};
+
+use super::rpc::RpcError;
+
+/// Reads the parameters of one call, naming the field that is wrong.
+pub struct Params<'a>(pub &'a Value);
+
+impl<'a> Params<'a> {
+    fn field(&self, name: &str) -> Option<&'a Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    /// A required string.
+    pub fn str(&self, name: &str) -> Result<&'a str, RpcError> {
+        self.opt_str(name)?
+            .ok_or_else(|| RpcError::params(format!("`{name}` (a string) is missing")))
+    }
+
+    /// An optional string.
+    pub fn opt_str(&self, name: &str) -> Result<Option<&'a str>, RpcError> {
+        match self.field(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(RpcError::params(format!("`{name}` must be a string"))),
+        }
+    }
+
+    /// An optional boolean (absent: `false`).
+    pub fn flag(&self, name: &str) -> Result<bool, RpcError> {
+        match self.field(name) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(RpcError::params(format!("`{name}` must be true or false"))),
+        }
+    }
+
+    /// An optional unsigned integer.
+    pub fn opt_u64(&self, name: &str) -> Result<Option<u64>, RpcError> {
+        match self.field(name) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                RpcError::params(format!("`{name}` must be a non-negative integer"))
+            }),
+        }
+    }
+
+    /// An optional array of strings (a single string counts as one).
+    pub fn strings(&self, name: &str) -> Result<Vec<String>, RpcError> {
+        let bad = || RpcError::params(format!("`{name}` must be an array of strings"));
+        match self.field(name) {
+            None => Ok(Vec::new()),
+            Some(Value::String(s)) => Ok(vec![s.clone()]),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_string).ok_or_else(bad))
+                .collect(),
+            Some(_) => Err(bad()),
+        }
+    }
+
+    /// Base64 bytes (standard alphabet, padded).
+    pub fn bytes(&self, name: &str) -> Result<Vec<u8>, RpcError> {
+        let text = self.str(name)?;
+        BASE64.decode(text).map_err(|e| {
+            RpcError::new(
+                "bad_base64",
+                format!("`{name}` is not base64 ({e}); encode bytes with the standard alphabet"),
+            )
+        })
+    }
+
+    /// A size `{cols, rows}` (absent: 80×24).
+    pub fn size(&self, name: &str) -> Result<TermSize, RpcError> {
+        match self.field(name) {
+            None => Ok(TermSize::default()),
+            Some(v) => size_of(v).ok_or_else(|| {
+                RpcError::params(format!(
+                    "`{name}` must be {{\"cols\": 1..65535, \"rows\": 1..65535}}"
+                ))
+            }),
+        }
+    }
+
+    /// A size given as top-level `cols` and `rows` (as in `pane.resize`).
+    pub fn size_fields(&self) -> Result<TermSize, RpcError> {
+        size_of(self.0)
+            .ok_or_else(|| RpcError::params("`cols` and `rows` must be integers 1..65535"))
+    }
+
+    /// A pane key `{workspace, tab, leaf}`.
+    pub fn pane(&self, name: &str) -> Result<PaneKey, RpcError> {
+        let v = self
+            .field(name)
+            .ok_or_else(|| RpcError::params(format!("`{name}` is missing")))?;
+        pane_of(v).ok_or_else(|| {
+            RpcError::params(format!(
+                "`{name}` must be {{\"workspace\", \"tab\", \"leaf\"}}, three non-empty strings \
+                 without `/`"
+            ))
+        })
+    }
+
+    /// A PTY id `"<incarnation hex>.<counter>"`.
+    pub fn pty(&self, name: &str) -> Result<PtyId, RpcError> {
+        self.str(name)?
+            .parse()
+            .map_err(|e: relay_protocol::ParsePtyIdError| RpcError::params(e.to_string()))
+    }
+
+    /// A binding as the sidecar returned it: `{host, pane, pty}`.
+    pub fn binding(&self, name: &str) -> Result<(String, Binding), RpcError> {
+        let v = self
+            .field(name)
+            .ok_or_else(|| RpcError::params(format!("`{name}` is missing")))?;
+        let inner = Params(v);
+        let bad = |e: RpcError| {
+            RpcError::params(format!(
+                "`{name}` must be a binding as returned by pane.open or pane.attach ({})",
+                e.message
+            ))
+        };
+        let host = inner.str("host").map_err(bad)?.to_string();
+        let pane = inner.pane("pane").map_err(bad)?;
+        let pty = inner.pty("pty").map_err(bad)?;
+        Ok((host, Binding { pane, pty }))
+    }
+}
+
+fn size_of(v: &Value) -> Option<TermSize> {
+    let dim = |k: &str| {
+        v.get(k)?
+            .as_u64()
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| *n > 0)
+    };
+    Some(TermSize {
+        cols: dim("cols")?,
+        rows: dim("rows")?,
+    })
+}
+
+fn pane_of(v: &Value) -> Option<PaneKey> {
+    let part = |k: &str| {
+        v.get(k)?
+            .as_str()
+            .filter(|s| !s.is_empty() && !s.contains('/') && !s.chars().any(char::is_control))
+    };
+    Some(PaneKey::new(
+        part("workspace")?,
+        part("tab")?,
+        part("leaf")?,
+    ))
+}
+
+/// `{workspace, tab, leaf}`.
+pub fn pane_json(pane: &PaneKey) -> Value {
+    json!({"workspace": pane.workspace.0, "tab": pane.tab, "leaf": pane.leaf})
+}
+
+/// `{host, pane, pty}`: what the app passes back unchanged.
+pub fn binding_json(host: &str, binding: &Binding) -> Value {
+    json!({"host": host, "pane": pane_json(&binding.pane), "pty": binding.pty.to_string()})
+}
+
+/// `{cols, rows}`.
+pub fn size_json(size: TermSize) -> Value {
+    json!({"cols": size.cols, "rows": size.rows})
+}
+
+/// `{code, signal}` (`signal` a name such as `"Killed"`, or null).
+pub fn exit_json(exit: &ExitStatus) -> Value {
+    json!({"code": exit.code, "signal": exit.signal})
+}
+
+/// `exited` | `killed` | `agent_restarted` | `expired` | `forgotten`.
+pub fn reason_json(reason: &EndReason) -> Value {
+    json!(match reason {
+        EndReason::Exited => "exited",
+        EndReason::Killed => "killed",
+        EndReason::AgentRestarted => "agent_restarted",
+        EndReason::Expired => "expired",
+        EndReason::Forgotten => "forgotten",
+    })
+}
+
+/// Base64 of `data`.
+pub fn b64(data: &[u8]) -> String {
+    BASE64.encode(data)
+}
+
+/// The notification for one pane event: `(method, params)`. `binding` is the pane's binding
+/// JSON, included in every one.
+pub fn event_json(binding: &Value, ev: &PaneEvent) -> (&'static str, Value) {
+    let mut p = Map::new();
+    p.insert("binding".into(), binding.clone());
+    let method = match ev {
+        PaneEvent::Output { offset, data } => {
+            p.insert("offset".into(), json!(offset));
+            p.insert("data".into(), json!(b64(data)));
+            "pane.output"
+        }
+        PaneEvent::Snapshot { offset, size, data } => {
+            p.insert("offset".into(), json!(offset));
+            p.insert("size".into(), size_json(*size));
+            p.insert("data".into(), json!(b64(data)));
+            "pane.snapshot"
+        }
+        PaneEvent::Gap { from, to } => {
+            p.insert("from".into(), json!(from));
+            p.insert("to".into(), json!(to));
+            "pane.gap"
+        }
+        PaneEvent::Event { key, offset, event } => {
+            p.insert("key".into(), json!(key));
+            p.insert("offset".into(), json!(offset));
+            match event {
+                ScreenEvent::Bell => p.insert("kind".into(), json!("bell")),
+                ScreenEvent::Title(t) => {
+                    p.insert("title".into(), json!(t));
+                    p.insert("kind".into(), json!("title"))
+                }
+                ScreenEvent::Cwd(c) => {
+                    p.insert("cwd".into(), json!(c));
+                    p.insert("kind".into(), json!("cwd"))
+                }
+                ScreenEvent::CommandFinished { exit_code } => {
+                    p.insert("exit_code".into(), json!(exit_code));
+                    p.insert("kind".into(), json!("command_finished"))
+                }
+            };
+            "pane.event"
+        }
+        PaneEvent::Exited {
+            exit,
+            reason,
+            event_key,
+        } => {
+            p.insert("exit".into(), exit_json(exit));
+            p.insert("reason".into(), reason_json(reason));
+            p.insert("key".into(), json!(event_key));
+            "pane.exited"
+        }
+        PaneEvent::Ended { reason, exit } => {
+            p.insert("exit".into(), exit.as_ref().map(exit_json).into());
+            p.insert("reason".into(), reason_json(reason));
+            p.insert("key".into(), Value::Null);
+            "pane.exited"
+        }
+        PaneEvent::Mismatch { current } => {
+            p.insert("current".into(), json!(current.map(|c| c.to_string())));
+            "pane.mismatch"
+        }
+        PaneEvent::Interrupted { reason } => {
+            p.insert("reason".into(), json!(reason));
+            "pane.interrupted"
+        }
+        PaneEvent::Resumed { from } => {
+            p.insert("from".into(), json!(from));
+            "pane.resumed"
+        }
+        PaneEvent::Unresolved { reason } => {
+            p.insert("reason".into(), json!(reason));
+            "pane.unresolved"
+        }
+        PaneEvent::Disconnected { reason } => {
+            p.insert("reason".into(), json!(reason));
+            "pane.closed"
+        }
+        other => {
+            p.insert("debug".into(), json!(format!("{other:?}")));
+            "pane.other"
+        }
+    };
+    (method, Value::Object(p))
+}
+
+/// One row of `workspace.hydrate`: the lease of a pane as the host reports it. `pending`: a
+/// pane whose PTY runs and that this sidecar has not attached.
+pub fn lease_json(lease: &LeaseInfo, pending: bool) -> Value {
+    let state = match lease.state {
+        LeaseState::Attached => "live",
+        LeaseState::Detached => "detached",
+        LeaseState::Ended | LeaseState::Superseded => "ended",
+    };
+    json!({
+        "pane": pane_json(&lease.binding.pane),
+        "pty": lease.binding.pty.to_string(),
+        "state": state,
+        "pending": pending,
+        "attached": lease.attached,
+        "pid": lease.pid,
+        "command": lease.command,
+        "size": size_json(lease.size),
+        "bytes_out": lease.bytes_out,
+        "since_ms": lease.since_ms,
+        "last_output_ms": lease.last_output_ms,
+        "exit": lease.exit.as_ref().map(exit_json),
+        "reason": lease.reason.as_ref().map(reason_json),
+        "protected": lease.protected,
+    })
+}
+
+/// Milliseconds since the Unix epoch of a monotonic instant (for `next_retry_at`).
+fn epoch_ms(at: Instant) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let ahead = at.saturating_duration_since(Instant::now());
+    let behind = Instant::now().saturating_duration_since(at);
+    (now + ahead).saturating_sub(behind).as_millis() as u64
+}
+
+/// `host.state` parameters for `host`.
+pub fn state_json(host: &str, state: &HostState) -> Value {
+    let mut p = Map::new();
+    p.insert("host".into(), json!(host));
+    p.insert("text".into(), json!(state.to_string()));
+    let name = match state {
+        HostState::Connecting { attempt } => {
+            p.insert("attempt".into(), json!(attempt));
+            "connecting"
+        }
+        HostState::Connected {
+            incarnation,
+            agent_version,
+        } => {
+            p.insert("incarnation".into(), json!(incarnation.to_string()));
+            p.insert("agent_version".into(), json!(agent_version));
+            "connected"
+        }
+        HostState::Unresponsive {
+            incarnation,
+            last_contact,
+        } => {
+            p.insert("incarnation".into(), json!(incarnation.to_string()));
+            p.insert("last_contact_ms".into(), json!(epoch_ms(*last_contact)));
+            "unresponsive"
+        }
+        HostState::Reconnecting {
+            attempt,
+            next_retry_at,
+            last_error,
+        } => {
+            p.insert("attempt".into(), json!(attempt));
+            p.insert("next_retry_at_ms".into(), json!(epoch_ms(*next_retry_at)));
+            p.insert("last_error".into(), error_json(&from_error(last_error)));
+            "reconnecting"
+        }
+        HostState::Failed { error } => {
+            p.insert("error".into(), error_json(&from_error(error)));
+            "failed"
+        }
+        HostState::Closed => "closed",
+        _ => "other",
+    };
+    p.insert("state".into(), json!(name));
+    Value::Object(p)
+}
+
+/// `{code, message}` of an error, for notifications.
+pub fn error_json(e: &RpcError) -> Value {
+    json!({"code": e.code, "message": e.message})
+}
+
+/// The stable code and message of a library error (docs/embedding.md, "Errors").
+pub fn from_error(e: &Error) -> RpcError {
+    if let Some(reply) = e.agent_reply() {
+        return from_reply(reply);
+    }
+    let code = match e {
+        Error::HostKey(_) => "host_key_unknown",
+        Error::HostKeyChanged(_) => "host_key_changed",
+        Error::Auth(_) => "auth_failed",
+        Error::Unsupported(_) => "unsupported",
+        Error::Incompatible(_) => "incompatible",
+        Error::NoAgentBinary(_) => "no_agent_binary",
+        Error::AgentCannotRun(_) => "agent_cannot_run",
+        Error::Config(_) => "config",
+        Error::Policy(_) => "policy_refused",
+        Error::Handshake(_) => "handshake_failed",
+        Error::ConnectionLost(_) => "connection_lost",
+        Error::Timeout(_) | Error::HandshakeTimeout(_) => "timeout",
+        Error::InputFull(_) => "input_full",
+        Error::PaneGone(_) => "pane_gone",
+        Error::HostDown(_) => "host_down",
+        Error::NoAgent(_) => "no_agent",
+        Error::Deploy(_) => "deploy_failed",
+        _ => "transport",
+    };
+    RpcError::new(code, e.to_string()).with("transient", json!(e.is_transient()))
+}
+
+fn from_reply(reply: &ErrorReply) -> RpcError {
+    let message = reply.to_string();
+    match reply {
+        ErrorReply::NotFound { pane } => {
+            RpcError::new("not_found", message).with("pane", pane_json(pane))
+        }
+        ErrorReply::Ended {
+            pane,
+            pty,
+            exit,
+            reason,
+        } => RpcError::new("ended", message)
+            .with("pane", pane_json(pane))
+            .with("pty", json!(pty.to_string()))
+            .with("exit", exit.as_ref().map(exit_json).into())
+            .with("reason", reason_json(reason)),
+        ErrorReply::Mismatch {
+            pane,
+            expected,
+            current,
+        } => RpcError::new("mismatch", message)
+            .with("pane", pane_json(pane))
+            .with("expected", json!(expected.to_string()))
+            .with("current", json!(current.map(|c| c.to_string()))),
+        ErrorReply::Unsupported { .. } => RpcError::new("unsupported", message),
+        ErrorReply::LimitExceeded { limit, .. } => {
+            RpcError::new("limit_exceeded", message).with("limit", json!(limit))
+        }
+        ErrorReply::BadRequest { .. } => RpcError::new("bad_request", message),
+        ErrorReply::SpawnFailed { .. } => RpcError::new("spawn_failed", message),
+        ErrorReply::Incompatible { .. } => RpcError::new("incompatible", message),
+        ErrorReply::Internal { .. } => RpcError::new("agent_error", message),
+        _ => RpcError::new("agent_error", message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_binding_round_trips_through_its_json() {
+        let binding = Binding {
+            pane: PaneKey::new("w", "t", "0"),
+            pty: "00000000000000ab.7".parse().unwrap(),
+        };
+        let v = json!({"b": binding_json("h1", &binding)});
+        let (host, back) = Params(&v).binding("b").unwrap();
+        assert_eq!((host.as_str(), back), ("h1", binding));
+        let bad = json!({"b": {"host": "h1", "pane": {"workspace": "w", "tab": "a/b", "leaf": "0"},
+                               "pty": "00ab.7"}});
+        assert_eq!(
+            Params(&bad).binding("b").unwrap_err().code,
+            "invalid_params"
+        );
+    }
+
+    #[test]
+    fn agent_refusals_keep_their_fields() {
+        let e = Error::from(ErrorReply::Mismatch {
+            pane: PaneKey::new("w", "t", "0"),
+            expected: "01.1".parse().unwrap(),
+            current: Some("01.2".parse().unwrap()),
+        });
+        let r = from_error(&e);
+        assert_eq!(r.code, "mismatch");
+        assert_eq!(r.data["current"], json!("0000000000000001.2"));
+        assert_eq!(
+            from_error(&Error::HostKeyChanged("x".into())).code,
+            "host_key_changed"
+        );
+        let v = json!({"d": "!!"});
+        assert_eq!(Params(&v).bytes("d").unwrap_err().code, "bad_base64");
+    }
+}

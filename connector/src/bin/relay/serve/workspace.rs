@@ -1,0 +1,167 @@
+//! `workspace.hydrate` (the host's answer of which panes exist; never created, never guessed)
+//! and `workspace.kill_all` (an exact snapshot, ended with an honest summary).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use relay_connector::KillSummary;
+use relay_protocol::message::{EndOutcome, EndWhen};
+use relay_protocol::{Binding, LeaseInfo, LeaseState, PaneKey};
+use serde_json::{json, Value};
+
+use super::rpc::RpcError;
+use super::wire::{self, Params};
+use super::Server;
+
+/// How long `workspace.hydrate` waits for the host by default (`timeout_ms`).
+const HYDRATE_WITHIN: Duration = Duration::from_secs(30);
+
+impl Server {
+    /// `workspace.hydrate {host, workspace, timeout_ms?}` → `{panes}`: one row per pane key the
+    /// host knows in the workspace (its current lease), asked of the host now. When the host
+    /// does not answer in time the call fails with `timeout`: an empty list always means the
+    /// host said so, never that it was not asked (a caller must not create panes on a guess).
+    pub(super) async fn hydrate(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        let host_id = p.str("host")?;
+        let host = self.host(host_id)?;
+        let workspace = host.workspace(p.str("workspace")?);
+        let within = p
+            .opt_u64("timeout_ms")?
+            .map(Duration::from_millis)
+            .unwrap_or(HYDRATE_WITHIN);
+        let leases = match tokio::time::timeout(within, workspace.leases()).await {
+            Ok(leases) => leases.map_err(|e| self.host_error(&host, e))?,
+            Err(_) => {
+                let state = host.state().borrow().to_string();
+                return Err(RpcError::new(
+                    "timeout",
+                    format!(
+                        "host {host_id} did not answer within {} ms (it is {state}); nothing \
+                         is known about its panes yet: keep the app's terminals pending and \
+                         hydrate again, do not create new ones",
+                        within.as_millis()
+                    ),
+                )
+                .with("transient", json!(true)));
+            }
+        };
+        let panes: Vec<Value> = current_leases(leases)
+            .into_iter()
+            .map(|lease| {
+                let running = matches!(lease.state, LeaseState::Attached | LeaseState::Detached);
+                let held = self.holds(host_id, &lease.binding);
+                wire::lease_json(&lease, running && !held)
+            })
+            .collect();
+        Ok(json!({"panes": panes}))
+    }
+
+    /// Whether this sidecar holds a stream of exactly `binding` on `host_id`.
+    fn holds(&self, host_id: &str, binding: &Binding) -> bool {
+        self.panes()
+            .get(&(host_id.to_string(), binding.pty))
+            .is_some_and(|e| e.binding == *binding)
+    }
+
+    /// `workspace.kill_all {host, workspace}` or `{host, panes: [binding, ...]}` → the summary.
+    /// The targets are snapshotted once (every running pane of the workspace, or exactly the
+    /// bindings given); exactly those are ended, protected ones refused; nothing created later
+    /// is touched, and nothing is swept by listing again.
+    pub(super) async fn kill_all(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        let host_id = p.str("host")?;
+        let host = self.host(host_id)?;
+        let targets: Vec<Binding> = match p.0.get("panes") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| {
+                    let wrapped = json!({ "b": item });
+                    let (h, binding) = Params(&wrapped).binding("b")?;
+                    if h != host_id {
+                        return Err(RpcError::params(format!(
+                            "binding {binding} belongs to host {h:?}, not {host_id:?}"
+                        )));
+                    }
+                    Ok(binding)
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(RpcError::params("`panes` must be an array of bindings")),
+            None => {
+                let workspace = host.workspace(p.str("workspace")?);
+                let leases = workspace
+                    .leases()
+                    .await
+                    .map_err(|e| self.host_error(&host, e))?;
+                leases
+                    .into_iter()
+                    .filter(|l| matches!(l.state, LeaseState::Attached | LeaseState::Detached))
+                    .map(|l| l.binding)
+                    .collect()
+            }
+        };
+        let session = host
+            .session()
+            .await
+            .map_err(|e| self.host_error(&host, e))?;
+        let summary = session
+            .kill_all(&targets, EndWhen::Unprotected)
+            .await
+            .map_err(|e| wire::from_error(&e))?;
+        Ok(summary_json(host_id, &summary))
+    }
+}
+
+/// The current lease of each pane key: a running one if there is one, else the newest.
+/// Superseded bindings (replaced by a newer one of the pane) are left out.
+fn current_leases(leases: Vec<LeaseInfo>) -> Vec<LeaseInfo> {
+    let mut by_pane: BTreeMap<PaneKey, LeaseInfo> = BTreeMap::new();
+    for lease in leases {
+        if lease.state == LeaseState::Superseded {
+            continue;
+        }
+        let rank = |l: &LeaseInfo| (l.state != LeaseState::Ended, l.since_ms, l.binding.pty);
+        match by_pane.get(&lease.binding.pane) {
+            Some(kept) if rank(kept) >= rank(&lease) => {}
+            _ => {
+                by_pane.insert(lease.binding.pane.clone(), lease);
+            }
+        }
+    }
+    by_pane.into_values().collect()
+}
+
+/// `{targets, ended, already_gone, refused, unverified, complete, results}`.
+fn summary_json(host_id: &str, summary: &KillSummary) -> Value {
+    let results: Vec<Value> = summary
+        .results
+        .iter()
+        .map(|r| {
+            let (outcome, detail) = match &r.outcome {
+                EndOutcome::Ended { exit, detail } => (
+                    "ended",
+                    json!({"exit": exit.as_ref().map(wire::exit_json), "detail": detail}),
+                ),
+                EndOutcome::AlreadyGone { reason } => (
+                    "already_gone",
+                    json!({"reason": reason.as_ref().map(wire::reason_json)}),
+                ),
+                EndOutcome::Refused { why } => ("refused", json!({ "why": why })),
+                EndOutcome::Kept { why } => ("kept", json!({ "why": why })),
+                EndOutcome::Unverified { why } => ("unverified", json!({ "why": why })),
+            };
+            let mut row = detail;
+            row["binding"] = wire::binding_json(host_id, &r.binding);
+            row["outcome"] = json!(outcome);
+            row
+        })
+        .collect();
+    json!({
+        "targets": summary.targets(),
+        "ended": summary.ended(),
+        "already_gone": summary.already_gone(),
+        "refused": summary.refused(),
+        "kept": summary.kept(),
+        "unverified": summary.unverified(),
+        "complete": summary.complete(),
+        "results": results,
+    })
+}
