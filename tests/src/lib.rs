@@ -475,6 +475,7 @@ pub mod images;
 pub mod inspect;
 pub mod pty_run;
 pub mod shaper;
+pub mod sidecar;
 
 /// Every state a [`Host`] went through, recorded by a background task (a watch channel alone
 /// would let a test miss short states such as `Unresponsive`).

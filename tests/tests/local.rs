@@ -21,6 +21,8 @@ mod restore;
 mod scale;
 #[path = "local/screen.rs"]
 mod screen;
+#[path = "local/serve.rs"]
+mod serve;
 #[path = "local/upgrade.rs"]
 mod upgrade;
 

@@ -10,6 +10,7 @@
 //! cargo bench -p relay-tests --bench relay_bench -- --screen           # terminal model figures
 //! cargo bench -p relay-tests --bench relay_bench -- --scale            # 0 / 100 / 1,000 panes
 //! cargo bench -p relay-tests --bench relay_bench -- --link             # 50 / 200 ms links (Docker)
+//! cargo bench -p relay-tests --bench relay_bench -- --serve            # the app sidecar vs the library
 //! cargo bench -p relay-tests --bench relay_bench -- --all              # every group
 //! cargo test -p relay-tests --bench relay_bench -- --smoke --all       # CI: one short round each
 //! ```
@@ -30,6 +31,7 @@ mod link;
 mod resilience;
 mod scale;
 mod screen;
+mod serve;
 mod ssh;
 mod stats;
 
@@ -55,8 +57,9 @@ async fn main() -> anyhow::Result<()> {
     let flag = |g: &str| args.iter().any(|a| a == g);
     stats::set_smoke(flag("--smoke"));
     let group = |g: &str| flag(g) || flag("--all");
-    const GROUPS: [&str; 6] = [
+    const GROUPS: [&str; 7] = [
         "--ssh",
+        "--serve",
         "--resilience",
         "--screen",
         "--scale",
@@ -85,6 +88,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if group("--link") {
         link::run(&mut rows).await?;
+    }
+    if group("--serve") {
+        serve::run(&mut rows).await?;
     }
     stats::print(&rows);
     Ok(())

@@ -27,6 +27,7 @@ mod fixture_faults;
 mod host_keys;
 mod older_hosts;
 mod peer;
+mod serve;
 mod sessions;
 mod ssh_config;
 

@@ -1,0 +1,288 @@
+//! `relay serve --stdio` (the desktop-app sidecar, docs/embedding.md) against a real agent over
+//! the local transport: every error code a local host can give, bad input that loses nothing,
+//! exact attach (rules B and C, and reference 001's trusted identity), a hydrate that races a
+//! stopped agent, per-pane output credit (rule F), and an app that quits (rule A).
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use relay_tests::sidecar::{b64, Sidecar};
+use relay_tests::{bins, eventually, TestHome};
+use serde_json::{json, Value};
+
+fn sidecar(home: &TestHome) -> Sidecar {
+    Sidecar::spawn(home.command(&bins().relay))
+}
+
+/// Opens the local host; returns its id.
+fn open_local(app: &mut Sidecar) -> String {
+    let r = app
+        .call("host.open", json!({"destination": "local"}))
+        .unwrap();
+    r["host"].as_str().unwrap().to_string()
+}
+
+fn pane(ws: &str, tab: &str) -> Value {
+    json!({"workspace": ws, "tab": tab, "leaf": "0"})
+}
+
+/// Opens pane `(ws, tab)` running `sh -c script`; returns its binding.
+fn open(app: &mut Sidecar, host: &str, ws: &str, tab: &str, script: &str) -> Value {
+    let r = app
+        .call(
+            "pane.open",
+            json!({"host": host, "pane": pane(ws, tab), "command": ["sh", "-c", script],
+                   "size": {"cols": 100, "rows": 30}}),
+        )
+        .unwrap();
+    r["binding"].clone()
+}
+
+/// Types `line` into the pane and waits for `expect` in its output.
+fn echo(app: &mut Sidecar, binding: &Value, line: &str, expect: &str) {
+    app.call(
+        "pane.input",
+        json!({"binding": binding, "data": b64(format!("{line}\n").as_bytes())}),
+    )
+    .unwrap();
+    app.read_until(binding, expect);
+}
+
+const SHELL: &str = "exec sh -i";
+
+/// Bad input gets a clear error with a stable code and loses nothing: a line that is not JSON,
+/// a request without `jsonrpc`, an unknown method, missing or wrong parameters, bad base64, a
+/// line over the 4 MiB limit, a binding the sidecar does not hold, an unknown host. Between
+/// them, the pane that was open keeps answering, and a new one opens.
+#[test]
+fn bad_input_gets_coded_errors_and_other_panes_keep_working() {
+    let home = TestHome::new();
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let panes = app
+        .call("workspace.hydrate", json!({"host": host, "workspace": "w"}))
+        .unwrap();
+    assert_eq!(panes["panes"], json!([]), "a new host has no panes");
+    let a = open(&mut app, &host, "w", "a", SHELL);
+    echo(&mut app, &a, "echo a-$((40+2))", "a-42");
+
+    app.send_line(b"{this is not json");
+    let e = app.answer(&Value::Null).unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["data"]["code"].as_str()),
+        (Some(-32700), Some("parse_error"))
+    );
+    app.send_line(br#"{"id": 90, "method": "pane.input"}"#);
+    assert_eq!(
+        app.answer(&json!(90)).unwrap_err()["data"]["code"],
+        "invalid_request"
+    );
+    let e = app.call("pane.teleport", json!({})).unwrap_err();
+    assert_eq!(
+        (e["code"].as_i64(), e["data"]["code"].as_str()),
+        (Some(-32601), Some("method_not_found"))
+    );
+    assert_eq!(
+        app.error_code("pane.open", json!({"host": host})),
+        "invalid_params"
+    );
+    let bad_pane = json!({"host": host, "pane": {"workspace": "w", "tab": "a/b", "leaf": "0"}});
+    assert_eq!(app.error_code("pane.open", bad_pane), "invalid_params");
+    assert_eq!(
+        app.error_code(
+            "pane.input",
+            json!({"binding": a, "data": "%%% not base64"})
+        ),
+        "bad_base64"
+    );
+    let mut long = br#"{"jsonrpc":"2.0","id":91,"method":"pane.input","params":{"data":""#.to_vec();
+    long.extend(std::iter::repeat_n(b'A', 5 << 20));
+    long.extend_from_slice(br#""}}"#);
+    app.send_line(&long);
+    let e = app.answer(&Value::Null).unwrap_err();
+    assert_eq!(e["data"]["code"], "line_too_long", "{e}");
+    assert_eq!(e["data"]["limit"], 4 << 20);
+    let mut stranger = a.clone();
+    stranger["pty"] = json!("00000000000000ff.1");
+    assert_eq!(
+        app.error_code(
+            "pane.input",
+            json!({"binding": stranger, "data": b64(b"x")})
+        ),
+        "unknown_binding"
+    );
+    assert_eq!(
+        app.error_code(
+            "workspace.hydrate",
+            json!({"host": "h999", "workspace": "w"})
+        ),
+        "unknown_host"
+    );
+
+    // Nothing of the above reached the pane; it answers, and another pane opens.
+    echo(&mut app, &a, "echo a-again-$((1+1))", "a-again-2");
+    let b = open(&mut app, &host, "w", "b", SHELL);
+    echo(&mut app, &b, "echo b-$((2+3))", "b-5");
+    let leases = home.leases_json();
+    assert_eq!(leases.len(), 2, "exactly the two panes exist: {leases:?}");
+}
+
+/// Rules B and C, and reference 001's trusted identity: `pane.attach` never creates and binds
+/// only the exact `(pane key, PTY)` the host has. An unknown pane is `not_found`; the PTY id of
+/// another pane is `mismatch` (naming the pane's own PTY); a PTY that ended is `ended` with its
+/// exit. No attempt creates a PTY.
+#[test]
+fn rule_b_attach_is_exact_and_never_creates() {
+    let home = TestHome::new();
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let x = open(&mut app, &host, "w", "x", SHELL);
+    let y = open(&mut app, &host, "w", "y", SHELL);
+    let done = open(&mut app, &host, "w", "done", "echo bye; exit 3");
+    let exited = app.notification("pane.exited", done["pty"].as_str());
+    assert_eq!(exited["exit"]["code"], 3, "{exited}");
+    assert_eq!(exited["reason"], "exited");
+
+    let attach = |pane: Value, pty: &Value| json!({"host": host, "pane": pane, "pty": pty});
+    assert_eq!(
+        app.error_code("pane.attach", attach(pane("w", "nobody"), &x["pty"])),
+        "not_found"
+    );
+    let e = app
+        .call("pane.attach", attach(pane("w", "x"), &y["pty"]))
+        .unwrap_err();
+    assert_eq!(e["data"]["code"], "mismatch", "{e}");
+    assert_eq!(e["data"]["current"], x["pty"], "names the pane's own PTY");
+    let e = app
+        .call("pane.attach", attach(pane("w", "done"), &done["pty"]))
+        .unwrap_err();
+    assert_eq!(e["data"]["code"], "ended", "{e}");
+    assert_eq!(e["data"]["exit"]["code"], 3);
+
+    // The exact pair attaches (again, from a snapshot), and the pane still answers.
+    let r = app
+        .call("pane.attach", attach(pane("w", "x"), &x["pty"]))
+        .unwrap();
+    assert_eq!(r["binding"], x);
+    echo(&mut app, &x, "echo x-$((3*3))", "x-9");
+    assert_eq!(home.leases_json().len(), 3, "no attach created anything");
+}
+
+/// Reference 001: the host, not the app, says which terminals exist, and a slow host never
+/// makes the app bootstrap a duplicate. An app restarts (its sidecar killed) while the agent is
+/// stopped: hydrate fails with `timeout` — never an empty list. Once the agent runs again,
+/// hydrate lists the pane `pending` with its PTY, and opening its pane key attaches that PTY
+/// (`created: false`), spawning nothing.
+#[test]
+fn a_hydrate_racing_a_stopped_agent_fails_instead_of_answering_empty() {
+    let home = TestHome::new();
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let p = open(&mut app, &host, "w", "main", SHELL);
+    echo(&mut app, &p, "echo up-$((5+5))", "up-10");
+    app.kill();
+    let daemon = Pid::from_raw(home.daemon_pid().expect("the daemon runs"));
+    kill(daemon, Signal::SIGSTOP).unwrap();
+
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let e = app
+        .call(
+            "workspace.hydrate",
+            json!({"host": host, "workspace": "w", "timeout_ms": 1500}),
+        )
+        .unwrap_err();
+    assert_eq!(e["data"]["code"], "timeout", "{e}");
+    kill(daemon, Signal::SIGCONT).unwrap();
+
+    let r = app
+        .call("workspace.hydrate", json!({"host": host, "workspace": "w"}))
+        .unwrap();
+    let rows = r["panes"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{r}");
+    assert_eq!(
+        (&rows[0]["pty"], &rows[0]["pending"]),
+        (&p["pty"], &json!(true))
+    );
+    let r = app
+        .call(
+            "pane.open",
+            json!({"host": host, "pane": pane("w", "main")}),
+        )
+        .unwrap();
+    assert_eq!((&r["binding"], &r["created"]), (&p, &json!(false)));
+    echo(&mut app, &p, "echo same-$((6+6))", "same-12");
+    let r = app
+        .call("workspace.hydrate", json!({"host": host, "workspace": "w"}))
+        .unwrap();
+    assert_eq!(r["panes"][0]["pending"], false, "attached now: {r}");
+    assert_eq!(home.leases_json().len(), 1, "one shell, never a duplicate");
+}
+
+/// Rule F through the sidecar: a pane whose renderer never acks gets at most the sidecar's
+/// window (1 MiB) beyond its last ack, while the host keeps draining its PTY; a pane of
+/// another workspace on the same connection keeps echoing.
+#[test]
+fn rule_f_a_pane_that_is_not_acked_throttles_only_itself() {
+    let home = TestHome::new();
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let flood = open(&mut app, &host, "busy", "yes", "exec yes flood-line");
+    let calm = open(&mut app, &host, "calm", "sh", SHELL);
+    for i in 0..5 {
+        echo(
+            &mut app,
+            &calm,
+            &format!("echo calm-$(({i}+100))"),
+            &format!("calm-{}", i + 100),
+        );
+    }
+    // Whatever the flood pane was sent, unacked, stays within the window (plus one chunk).
+    let sent = output_end(&mut app, flood["pty"].as_str().unwrap());
+    assert!(
+        sent > 0,
+        "the flood pane's output was sent up to the window"
+    );
+    assert!(sent <= (1 << 20) + 64 * 1024, "sent {sent} bytes unacked");
+    // The agent keeps reading the flooding PTY into its ring all the while.
+    let first = bytes_out(&mut app, &host, "busy");
+    eventually("the flood pane's PTY keeps being drained", || {
+        (bytes_out(&mut app, &host, "busy") > first + (1 << 20)).then_some(())
+    });
+}
+
+/// The end offset of the output the sidecar sent for `pty` so far (the test never acked it).
+fn output_end(app: &mut Sidecar, pty: &str) -> u64 {
+    // Give the pump time to run into the window, then read what came.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut end = 0;
+    while let Some(m) =
+        app.try_take(|m| m["method"] == "pane.output" && m["params"]["binding"]["pty"] == pty)
+    {
+        let data = relay_tests::sidecar::unb64(m["params"]["data"].as_str().unwrap());
+        end = end.max(m["params"]["offset"].as_u64().unwrap() + data.len() as u64);
+    }
+    end
+}
+
+fn bytes_out(app: &mut Sidecar, host: &str, ws: &str) -> u64 {
+    let r = app
+        .call("workspace.hydrate", json!({"host": host, "workspace": ws}))
+        .unwrap();
+    r["panes"][0]["bytes_out"].as_u64().unwrap()
+}
+
+/// Rule A: when the app closes the sidecar's stdin (it quit), the sidecar exits 0 and the
+/// pane's shell runs on, detached.
+#[test]
+fn rule_a_an_app_that_quits_ends_nothing_on_the_host() {
+    let home = TestHome::new();
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let p = open(&mut app, &host, "w", "main", SHELL);
+    echo(&mut app, &p, "echo alive-$((1+6))", "alive-7");
+    assert_eq!(app.close(), Some(0));
+    eventually("the lease turns detached", || {
+        let leases = home.leases_json();
+        (leases.len() == 1 && leases[0]["state"] == "detached").then_some(())
+    });
+}
