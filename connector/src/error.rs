@@ -5,7 +5,7 @@
 //!
 //! | try again (transient) | a retry cannot fix it (permanent) |
 //! |---|---|
-//! | [`Error::Ssh`] (connect refused or timed out, keepalive timeout, dropped) | [`Error::HostKey`] (unknown or changed) |
+//! | [`Error::Ssh`] (connect refused or timed out, keepalive timeout, dropped) | [`Error::HostKey`] (unknown, not accepted) |
 //! | [`Error::ConnectionLost`], [`Error::Io`] | [`Error::Auth`] |
 //! | [`Error::HandshakeTimeout`] (the agent did not answer the hello) | [`Error::NoAgentBinary`] (none for the host's platform, or none locally) |
 //! | [`Error::BridgeExited`] (the agent bridge ended before answering) | [`Error::AgentCannotRun`] (the host cannot execute it) |

@@ -15,7 +15,8 @@
 //!   keystroke is lost or doubled. An older agent cannot tell a resend from new input, so there a
 //!   request whose answer was lost is not resent (it may or may not have arrived; logged).
 //! - **Never to another shell.** If the pane turns out to have another PTY (`Mismatch`), delivery
-//!   stops and [`InputFailures`] says so.
+//!   stops and [`InputFailures`] says so. When the app attaches the *same* binding again (a new
+//!   handle takes the pane over), delivery moves to the new handle, keeping order and sequence.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -171,7 +172,7 @@ async fn drain(
     state: Arc<Shared>,
     failure: mpsc::Sender<Error>,
 ) {
-    let slot = match host.slot_of(&binding) {
+    let mut slot = match host.slot_of(&binding) {
         Ok(slot) => slot,
         Err(e) => {
             let _ = failure.send(e).await;
@@ -202,7 +203,17 @@ async fn drain(
         }
         for piece in batch.chunks(MAX_OUTPUT_CHUNK) {
             seq += 1;
-            let result = deliver(&slot, writer, seq, piece).await;
+            let result = loop {
+                match deliver(&slot, writer, seq, piece).await {
+                    // The app attached the same binding again: that took the pane over with a
+                    // new slot. Deliver there (the same `seq`: the agent applies it once).
+                    Err(Error::PaneGone(why)) => match host.slot_of(&binding) {
+                        Ok(next) if !Arc::ptr_eq(&next, &slot) => slot = next,
+                        _ => break Err(Error::PaneGone(why)),
+                    },
+                    other => break other,
+                }
+            };
             state.queued.fetch_sub(piece.len(), Ordering::AcqRel);
             state.room.notify_waiters();
             if let Err(e) = result {

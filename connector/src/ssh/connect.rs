@@ -130,6 +130,7 @@ pub(crate) fn connect<'a>(
             )));
         }
         let lost = LostReason::default();
+        let asking = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let keepalive_interval = cfg
             .server_alive_interval
             .unwrap_or(DEFAULT_KEEPALIVE_INTERVAL);
@@ -144,6 +145,7 @@ pub(crate) fn connect<'a>(
                 .policy
                 .unwrap_or_else(|| HostKeyPolicy::from_config(cfg.strict_host_key_checking)),
             prompt: ctx.prompt.clone(),
+            asking: asking.clone(),
         };
         let timeout = ctx
             .connect_timeout
@@ -215,14 +217,27 @@ pub(crate) fn connect<'a>(
                     .map_err(|e: HandlerError| e.into_error(&format!("connecting to {what}")))
             }
         };
-        let mut handle = tokio::time::timeout(timeout, handshake)
-            .await
-            .map_err(|_| {
-                Error::Ssh(format!(
-                    "connecting to {what} timed out after {} s (ConnectTimeout)",
-                    timeout.as_secs()
-                ))
-            })??;
+        // ConnectTimeout bounds the network, not a person deciding about an unknown host key:
+        // while the prompt is open the clock restarts, so the full timeout follows the answer.
+        let mut handle = {
+            let mut handshake = std::pin::pin!(handshake);
+            let mut deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                tokio::select! {
+                    result = &mut handshake => break result?,
+                    () = tokio::time::sleep_until(deadline) => {
+                        if asking.load(std::sync::atomic::Ordering::Acquire) {
+                            deadline = tokio::time::Instant::now() + timeout;
+                            continue;
+                        }
+                        return Err(Error::Ssh(format!(
+                            "connecting to {what} timed out after {} s (ConnectTimeout)",
+                            timeout.as_secs()
+                        )));
+                    }
+                }
+            }
+        };
         auth::authenticate(&mut handle, cfg, auth).await?;
         Ok(Connection {
             handle,

@@ -61,6 +61,8 @@ pub(crate) struct ClientHandler {
     pub(crate) policy: HostKeyPolicy,
     /// Asked about unknown keys under [`HostKeyPolicy::Ask`].
     pub(crate) prompt: Option<HostKeyPrompt>,
+    /// Set while `prompt` runs: the connect timeout does not count a person's decision.
+    pub(crate) asking: Arc<std::sync::atomic::AtomicBool>,
     /// Keepalive interval × count: how long an unanswered host is waited for (for messages).
     pub(crate) keepalive_budget: Duration,
     /// Why the connection ended, set when russh reports the disconnect (read by the bridge
@@ -120,13 +122,23 @@ impl russh::client::Handler for ClientHandler {
                 russh::keys::PublicKey::from(cert.public_key().clone())
             }
         };
-        let (host, port, files, policy, prompt) = (
+        let (host, port, files, policy) = (
             self.host.clone(),
             self.port,
             self.known_hosts.clone(),
             self.policy,
-            self.prompt.clone(),
         );
+        let asking = self.asking.clone();
+        let prompt: Option<HostKeyPrompt> = self.prompt.clone().map(|ask| {
+            let wrapped: HostKeyPrompt = Arc::new(move |key| {
+                use std::sync::atomic::Ordering;
+                asking.store(true, Ordering::Release);
+                let yes = ask(key);
+                asking.store(false, Ordering::Release);
+                yes
+            });
+            wrapped
+        });
         // File IO and perhaps a question to a person: keep it off the async worker.
         let verdict = tokio::task::spawn_blocking(move || {
             known_hosts::verify(&host, port, &key, &files, policy, prompt.as_ref())
