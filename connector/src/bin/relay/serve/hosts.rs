@@ -16,7 +16,8 @@ use super::{done, HostEntry, Server};
 use crate::common::ssh_args::SshArgs;
 
 impl Server {
-    /// `host.open {destination, ssh_config?, identity?, port?, accept_new?}` → `{host}`. Opening
+    /// `host.open {destination, ssh_config?, identity?, port?, accept_new?}` →
+    /// `{host, existing}`. Opening
     /// a destination that is open already returns its host (and ignores the other fields).
     pub(super) fn host_open(&self, p: Params<'_>) -> Result<Value, RpcError> {
         let destination = p.str("destination")?;
@@ -31,7 +32,10 @@ impl Server {
             port: match p.opt_u64("port")? {
                 None => None,
                 Some(n) => Some(
-                    u16::try_from(n).map_err(|_| RpcError::params("`port` must be 1..65535"))?,
+                    u16::try_from(n)
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| RpcError::params("`port` must be 1..65535"))?,
                 ),
             },
         };
@@ -117,7 +121,7 @@ impl Server {
 
     /// `host.close {host}`: stops reconnecting and closes the connection; the host's PTYs keep
     /// running. Its panes' streams end with `pane.closed`.
-    pub(super) fn host_close(&self, p: Params<'_>) -> Result<Value, RpcError> {
+    pub(super) async fn host_close(&self, p: Params<'_>) -> Result<Value, RpcError> {
         let id = p.str("host")?;
         let entry = self.hosts().remove(id).ok_or_else(|| {
             RpcError::new(
@@ -126,6 +130,19 @@ impl Server {
             )
         })?;
         entry.host.close();
+        // A pump waiting for the app's credit would never see its stream end: end every held
+        // pane of the host here (a pump that already ended removed its own entry).
+        let held: Vec<_> = {
+            let mut panes = self.panes();
+            let keys: Vec<_> = panes.keys().filter(|(h, _)| h == id).cloned().collect();
+            keys.iter().filter_map(|k| panes.remove(k)).collect()
+        };
+        for pane in held {
+            let binding = wire::binding_json(id, &pane.binding);
+            drop(pane);
+            let params = json!({"binding": binding, "reason": "the host was closed"});
+            self.out.notify("pane.closed", params).await;
+        }
         Ok(done())
     }
 

@@ -200,7 +200,7 @@ impl Server {
     async fn call(self: &Arc<Self>, method: &str, p: Params<'_>) -> Outcome {
         match method {
             "host.open" => self.host_open(p).map(Answer::from),
-            "host.close" => self.host_close(p).map(Answer::from),
+            "host.close" => self.host_close(p).await.map(Answer::from),
             "workspace.hydrate" => self.hydrate(p).await.map(Answer::from),
             "workspace.kill_all" => self.kill_all(p).await.map(Answer::from),
             "pane.open" => self.pane_open(p).await,

@@ -6,8 +6,10 @@
 //! the library then fills, the agent stops forwarding that pane (its credit window) and keeps
 //! draining the PTY into its replay ring. No other pane, workspace or host notices (rule F).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures_util::FutureExt as _;
 use relay_connector::{Host, InputFailures, PaneEvent, PaneHandle};
 use relay_protocol::{Binding, Resume, SpawnSpec, TermSize};
 use serde_json::{json, Value};
@@ -15,6 +17,7 @@ use tokio::sync::{oneshot, watch, Notify};
 
 use super::rpc::RpcError;
 use super::wire::{self, Params};
+use super::workspace::within;
 use super::{done, Answer, Outcome, PaneEntry, Server};
 
 /// Bytes of output the sidecar sends for one pane beyond the app's last `pane.ack`: 1 MiB.
@@ -25,6 +28,8 @@ pub struct AppCredit {
     /// `(end, acked)`: the offset after the last byte sent, and the app's last ack (raised over
     /// bytes a snapshot or gap stands for).
     offsets: Mutex<(u64, u64)>,
+    /// Set by `pane.detach`: the pump sends nothing more.
+    muted: AtomicBool,
     room: Notify,
 }
 
@@ -32,6 +37,7 @@ impl AppCredit {
     fn new(start: u64) -> AppCredit {
         AppCredit {
             offsets: Mutex::new((start, start)),
+            muted: AtomicBool::new(false),
             room: Notify::new(),
         }
     }
@@ -42,7 +48,13 @@ impl AppCredit {
 
     fn has_room(&self) -> bool {
         let (end, acked) = *self.offsets();
-        end.saturating_sub(acked) < APP_WINDOW
+        !self.muted.load(Ordering::Acquire) && end.saturating_sub(acked) < APP_WINDOW
+    }
+
+    /// Sends nothing more (the app detached).
+    fn mute(&self) {
+        self.muted.store(true, Ordering::Release);
+        self.room.notify_waiters();
     }
 
     /// Waits until less than [`APP_WINDOW`] bytes are unacked.
@@ -56,6 +68,12 @@ impl AppCredit {
             }
             notified.await;
         }
+    }
+
+    /// Output up to `end` is being sent to the app.
+    fn sent_to(&self, end: u64) {
+        let mut o = self.offsets();
+        o.0 = o.0.max(end);
     }
 
     /// `ev` is being sent to the app.
@@ -107,10 +125,9 @@ impl Server {
             size: p.size("size")?,
             env,
         };
-        let (created, handle) = host
-            .open_pane(pane, spec, Resume::From(0))
-            .await
-            .map_err(|e| self.host_error(&host, e))?;
+        let opening = host.open_pane(pane, spec, Resume::From(0));
+        let opened = within(&p, host_id, &host, opening).await?;
+        let (created, handle) = opened.map_err(|e| self.host_error(&host, e))?;
         let (binding, start) = self.hold(host_id, &host, handle);
         Ok(Answer {
             result: json!({"binding": binding, "created": !created.existed}),
@@ -131,10 +148,9 @@ impl Server {
             Some(offset) => Resume::From(offset),
             None => Resume::Snapshot,
         };
-        let handle = host
-            .attach_pane(pane, Some(pty), resume)
-            .await
-            .map_err(|e| self.host_error(&host, e))?;
+        let attaching = host.attach_pane(pane, Some(pty), resume);
+        let attached = within(&p, host_id, &host, attaching).await?;
+        let handle = attached.map_err(|e| self.host_error(&host, e))?;
         let attached = handle.attached().clone();
         let (binding, start) = self.hold(host_id, &host, handle);
         Ok(Answer {
@@ -173,9 +189,9 @@ impl Server {
             Stream {
                 handle,
                 credit: credit.clone(),
-                failures,
                 binding: json.clone(),
             },
+            failures,
             started,
         ));
         let resizer = tokio::spawn(resizer(host.clone(), binding.clone(), sizes));
@@ -218,10 +234,10 @@ impl Server {
     pub(super) fn pane_input(&self, p: Params<'_>) -> Result<Value, RpcError> {
         let data = p.bytes("data")?;
         self.with_pane(&p, |e| {
-            let input = e
-                .input
-                .as_ref()
-                .expect("only a detached entry has no input writer");
+            let Some(input) = e.input.as_ref() else {
+                let why = format!("pane {} is detaching", e.binding);
+                return Err(RpcError::new("pane_gone", why));
+            };
             input.push(data).map_err(|e| wire::from_error(&e))?;
             Ok(done())
         })
@@ -253,10 +269,19 @@ impl Server {
     pub(super) fn pane_detach(&self, p: Params<'_>) -> Result<Value, RpcError> {
         self.with_pane(&p, |_| Ok(()))?;
         let (host, binding) = p.binding("binding")?;
-        let entry = self.panes().remove(&(host, binding.pty));
-        if let Some(input) = entry.and_then(|mut e| e.input.take()) {
-            tokio::spawn(tokio::time::timeout(DETACH_GRACE, input.finish()));
-        }
+        let Some(mut entry) = self.panes().remove(&(host, binding.pty)) else {
+            return Ok(done());
+        };
+        // No more notifications; the handle (and so the pane's attachment, which queued input
+        // is delivered through) lives until the input is delivered or the grace is over.
+        entry.credit.mute();
+        let input = entry.input.take();
+        tokio::spawn(async move {
+            if let Some(input) = input {
+                let _ = tokio::time::timeout(DETACH_GRACE, input.finish()).await;
+            }
+            drop(entry);
+        });
         Ok(done())
     }
 
@@ -280,10 +305,9 @@ impl Server {
         }
         .ok_or_else(|| RpcError::params("`signal` must be a signal name (\"INT\") or number"))?;
         let (host, binding) = self.held(&p)?;
-        let session = host
-            .session()
-            .await
-            .map_err(|e| self.host_error(&host, e))?;
+        let host_id = p.binding("binding")?.0;
+        let session = within(&p, &host_id, &host, host.session()).await?;
+        let session = session.map_err(|e| self.host_error(&host, e))?;
         session
             .signal(&binding, signal)
             .await
@@ -295,10 +319,9 @@ impl Server {
     /// stream then ends with `pane.exited`.
     pub(super) async fn pane_kill(&self, p: Params<'_>) -> Result<Value, RpcError> {
         let (host, binding) = self.held(&p)?;
-        let session = host
-            .session()
-            .await
-            .map_err(|e| self.host_error(&host, e))?;
+        let host_id = p.binding("binding")?.0;
+        let session = within(&p, &host_id, &host, host.session()).await?;
+        let session = session.map_err(|e| self.host_error(&host, e))?;
         session
             .kill(&binding)
             .await
@@ -332,8 +355,48 @@ const DETACH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 struct Stream {
     handle: PaneHandle,
     credit: Arc<AppCredit>,
-    failures: InputFailures,
     binding: Value,
+}
+
+/// Most output bytes one `pane.output` carries when several chunks are ready at once.
+const COALESCE_BYTES: usize = 256 * 1024;
+
+impl Stream {
+    /// The next event within the app's credit; output chunks that are already queued and
+    /// contiguous are merged into one (fewer, larger lines), within the credit too. `stash`
+    /// keeps an event read ahead that could not be merged.
+    async fn next(&mut self, stash: &mut Option<PaneEvent>) -> Option<PaneEvent> {
+        self.credit.room().await;
+        let first = match stash.take() {
+            Some(ev) => ev,
+            None => self.handle.next().await?,
+        };
+        let PaneEvent::Output { offset, mut data } = first else {
+            self.credit.sent(&first);
+            return Some(first);
+        };
+        let mut end = offset + data.len() as u64;
+        self.credit.sent_to(end);
+        while data.len() < COALESCE_BYTES && self.credit.has_room() {
+            match self.handle.next().now_or_never() {
+                Some(Some(PaneEvent::Output {
+                    offset: o,
+                    data: more,
+                })) if o == end => {
+                    end += more.len() as u64;
+                    self.credit.sent_to(end);
+                    data.extend_from_slice(&more);
+                }
+                Some(Some(other)) => {
+                    *stash = Some(other);
+                    break;
+                }
+                // Nothing ready, or the stream ended (seen again by the next call).
+                Some(None) | None => break,
+            }
+        }
+        Some(PaneEvent::Output { offset, data })
+    }
 }
 
 /// Sends the pane's events as notifications, within the app's credit, until a final event.
@@ -342,32 +405,35 @@ async fn pump(
     key: (String, relay_protocol::PtyId),
     generation: u64,
     mut s: Stream,
+    mut failures: InputFailures,
     started: oneshot::Receiver<()>,
 ) {
     // After the reply naming the binding (or at once if the reply could not be sent).
     let _ = started.await;
+    let binding_text = s.binding.to_string();
+    let mut stash = None;
     loop {
-        let credit = s.credit.clone();
-        let next = async {
-            credit.room().await;
-            s.handle.next().await
+        let event = tokio::select! {
+            ev = s.next(&mut stash) => Ok(ev),
+            err = failures.next() => Err(err),
         };
-        tokio::select! {
-            ev = next => {
-                let Some(ev) = ev else { break };
-                s.credit.sent(&ev);
+        match event {
+            Ok(None) => break,
+            Ok(Some(PaneEvent::Output { offset, data })) => {
+                let line = wire::output_line(&binding_text, offset, &data);
+                server.out.send_line(line).await;
+            }
+            Ok(Some(ev)) => {
                 let (method, params) = wire::event_json(&s.binding, &ev);
                 server.out.notify(method, params).await;
                 if ev.is_final() {
                     break;
                 }
             }
-            err = s.failures.next() => {
+            Err(err) => {
                 let error = wire::error_json(&wire::from_error(&err));
-                server
-                    .out
-                    .notify("pane.input_failed", json!({"binding": s.binding, "error": error}))
-                    .await;
+                let params = json!({"binding": s.binding, "error": error});
+                server.out.notify("pane.input_failed", params).await;
             }
         }
     }

@@ -253,11 +253,19 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
     }
 }
 
+/// `msg` as one line, newline included.
+fn line_of(msg: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(msg).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
 /// The stdout side: every reply, notification and question goes through one writer task, one
 /// line each. Cheap to clone.
 #[derive(Clone)]
 pub struct Out {
-    tx: mpsc::Sender<Value>,
+    /// Serialized messages, newline included.
+    tx: mpsc::Sender<Vec<u8>>,
     asked: Arc<Asked>,
 }
 
@@ -274,18 +282,14 @@ impl Out {
         output: impl AsyncWrite + Unpin + Send + 'static,
         closed: tokio_util::sync::CancellationToken,
     ) -> Out {
-        let (tx, mut rx) = mpsc::channel::<Value>(OUT_QUEUE);
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(OUT_QUEUE);
         tokio::spawn(async move {
             let mut output = tokio::io::BufWriter::with_capacity(256 * 1024, output);
-            while let Some(msg) = rx.recv().await {
-                let mut line = serde_json::to_vec(&msg).unwrap_or_default();
-                line.push(b'\n');
+            while let Some(line) = rx.recv().await {
                 let mut ok = output.write_all(&line).await.is_ok();
                 // Write what is queued as one batch, then flush once.
                 while ok {
-                    let Ok(msg) = rx.try_recv() else { break };
-                    let mut line = serde_json::to_vec(&msg).unwrap_or_default();
-                    line.push(b'\n');
+                    let Ok(line) = rx.try_recv() else { break };
                     ok = output.write_all(&line).await.is_ok();
                 }
                 if !ok || output.flush().await.is_err() {
@@ -305,8 +309,13 @@ impl Out {
     }
 
     async fn send(&self, msg: Value) {
+        self.send_line(line_of(&msg)).await;
+    }
+
+    /// Queues one serialized message (newline included) for stdout.
+    pub async fn send_line(&self, line: Vec<u8>) {
         // Fails only when the writer stopped (stdout closed); the sidecar is ending then.
-        let _ = self.tx.send(msg).await;
+        let _ = self.tx.send(line).await;
     }
 
     /// Answers request `id`.
@@ -332,7 +341,7 @@ impl Out {
         let (tx, rx) = std::sync::mpsc::channel();
         self.waiting().insert(id, tx);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let answer = match self.tx.blocking_send(msg) {
+        let answer = match self.tx.blocking_send(line_of(&msg)) {
             Ok(()) => rx.recv_timeout(APP_ANSWER_WITHIN).ok(),
             Err(_) => None,
         };

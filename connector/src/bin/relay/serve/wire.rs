@@ -110,7 +110,7 @@ impl<'a> Params<'a> {
         pane_of(v).ok_or_else(|| {
             RpcError::params(format!(
                 "`{name}` must be {{\"workspace\", \"tab\", \"leaf\"}}, three non-empty strings \
-                 without `/`"
+                 without `/` or control characters, at most 256 bytes each"
             ))
         })
     }
@@ -154,11 +154,17 @@ fn size_of(v: &Value) -> Option<TermSize> {
     })
 }
 
+/// Longest part of a pane key, in bytes (as `relay --workspace/--pane`).
+const MAX_NAME: usize = 256;
+
 fn pane_of(v: &Value) -> Option<PaneKey> {
     let part = |k: &str| {
-        v.get(k)?
-            .as_str()
-            .filter(|s| !s.is_empty() && !s.contains('/') && !s.chars().any(char::is_control))
+        v.get(k)?.as_str().filter(|s| {
+            !s.is_empty()
+                && s.len() <= MAX_NAME
+                && !s.contains('/')
+                && !s.chars().any(char::is_control)
+        })
     };
     Some(PaneKey::new(
         part("workspace")?,
@@ -201,6 +207,19 @@ pub fn reason_json(reason: &EndReason) -> Value {
 /// Base64 of `data`.
 pub fn b64(data: &[u8]) -> String {
     BASE64.encode(data)
+}
+
+/// The `pane.output` line for `data` at `offset`, built without an intermediate JSON tree (the
+/// hot path: base64 needs no escaping). `binding` is the binding's serialized JSON.
+pub fn output_line(binding: &str, offset: u64, data: &[u8]) -> Vec<u8> {
+    use std::fmt::Write as _;
+    let mut line = String::with_capacity(data.len() * 4 / 3 + binding.len() + 96);
+    line.push_str(r#"{"jsonrpc":"2.0","method":"pane.output","params":{"binding":"#);
+    line.push_str(binding);
+    let _ = write!(line, r#","offset":{offset},"data":""#);
+    BASE64.encode_string(data, &mut line);
+    line.push_str("\"}}\n");
+    line.into_bytes()
 }
 
 /// The notification for one pane event: `(method, params)`. `binding` is the pane's binding
@@ -459,6 +478,23 @@ mod tests {
         assert_eq!(
             Params(&bad).binding("b").unwrap_err().code,
             "invalid_params"
+        );
+    }
+
+    #[test]
+    fn an_output_line_is_the_json_of_its_notification() {
+        let binding = json!({"host": "h1", "pane": {"workspace": "w"}, "pty": "01.2"});
+        let line = output_line(&binding.to_string(), 42, b"hi\x00\xff");
+        assert_eq!(line.last(), Some(&b'\n'));
+        let parsed: Value = serde_json::from_slice(&line).unwrap();
+        let ev = PaneEvent::Output {
+            offset: 42,
+            data: b"hi\x00\xff".to_vec(),
+        };
+        let (method, params) = event_json(&binding, &ev);
+        assert_eq!(
+            parsed,
+            json!({"jsonrpc": "2.0", "method": method, "params": params})
         );
     }
 

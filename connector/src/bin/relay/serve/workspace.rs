@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use relay_connector::KillSummary;
+use relay_connector::{Host, KillSummary};
 use relay_protocol::message::{EndOutcome, EndWhen};
 use relay_protocol::{Binding, LeaseInfo, LeaseState, PaneKey};
 use serde_json::{json, Value};
@@ -13,38 +13,47 @@ use super::rpc::RpcError;
 use super::wire::{self, Params};
 use super::Server;
 
-/// How long `workspace.hydrate` waits for the host by default (`timeout_ms`).
-const HYDRATE_WITHIN: Duration = Duration::from_secs(30);
+/// How long a call waits for its host by default (`timeout_ms`): 30 s.
+const WAIT_WITHIN: Duration = Duration::from_secs(30);
+
+/// Runs `call`, which waits for `host`, within the call's `timeout_ms` (default 30 s); then
+/// fails with `timeout`, saying what the host is doing. Nothing is known then: a `pane.open`
+/// may still take effect (opening again is safe), a hydrate has learned nothing.
+pub(super) async fn within<T>(
+    p: &Params<'_>,
+    host_id: &str,
+    host: &Host,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, RpcError> {
+    let bound = p
+        .opt_u64("timeout_ms")?
+        .map(Duration::from_millis)
+        .unwrap_or(WAIT_WITHIN);
+    tokio::time::timeout(bound, call).await.map_err(|_| {
+        let state = host.state().borrow().to_string();
+        RpcError::new(
+            "timeout",
+            format!(
+                "host {host_id} did not answer within {} ms (it is {state}); nothing is known \
+                 yet: keep the app's terminals pending and ask again, do not create new ones",
+                bound.as_millis()
+            ),
+        )
+        .with("transient", json!(true))
+    })
+}
 
 impl Server {
     /// `workspace.hydrate {host, workspace, timeout_ms?}` → `{panes}`: one row per pane key the
     /// host knows in the workspace (its current lease), asked of the host now. When the host
-    /// does not answer in time the call fails with `timeout`: an empty list always means the
+    /// does not answer in time (see [`within`]) the call fails with `timeout`: an empty list always means the
     /// host said so, never that it was not asked (a caller must not create panes on a guess).
     pub(super) async fn hydrate(&self, p: Params<'_>) -> Result<Value, RpcError> {
         let host_id = p.str("host")?;
         let host = self.host(host_id)?;
         let workspace = host.workspace(p.str("workspace")?);
-        let within = p
-            .opt_u64("timeout_ms")?
-            .map(Duration::from_millis)
-            .unwrap_or(HYDRATE_WITHIN);
-        let leases = match tokio::time::timeout(within, workspace.leases()).await {
-            Ok(leases) => leases.map_err(|e| self.host_error(&host, e))?,
-            Err(_) => {
-                let state = host.state().borrow().to_string();
-                return Err(RpcError::new(
-                    "timeout",
-                    format!(
-                        "host {host_id} did not answer within {} ms (it is {state}); nothing \
-                         is known about its panes yet: keep the app's terminals pending and \
-                         hydrate again, do not create new ones",
-                        within.as_millis()
-                    ),
-                )
-                .with("transient", json!(true)));
-            }
-        };
+        let leases = within(&p, host_id, &host, workspace.leases()).await?;
+        let leases = leases.map_err(|e| self.host_error(&host, e))?;
         let panes: Vec<Value> = current_leases(leases)
             .into_iter()
             .map(|lease| {
@@ -87,10 +96,8 @@ impl Server {
             Some(_) => return Err(RpcError::params("`panes` must be an array of bindings")),
             None => {
                 let workspace = host.workspace(p.str("workspace")?);
-                let leases = workspace
-                    .leases()
-                    .await
-                    .map_err(|e| self.host_error(&host, e))?;
+                let leases = within(&p, host_id, &host, workspace.leases()).await?;
+                let leases = leases.map_err(|e| self.host_error(&host, e))?;
                 leases
                     .into_iter()
                     .filter(|l| matches!(l.state, LeaseState::Attached | LeaseState::Detached))
@@ -98,10 +105,8 @@ impl Server {
                     .collect()
             }
         };
-        let session = host
-            .session()
-            .await
-            .map_err(|e| self.host_error(&host, e))?;
+        let session = within(&p, host_id, &host, host.session()).await?;
+        let session = session.map_err(|e| self.host_error(&host, e))?;
         let summary = session
             .kill_all(&targets, EndWhen::Unprotected)
             .await
