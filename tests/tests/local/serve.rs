@@ -286,3 +286,58 @@ fn rule_a_an_app_that_quits_ends_nothing_on_the_host() {
         (leases.len() == 1 && leases[0]["state"] == "detached").then_some(())
     });
 }
+
+/// Input queued before `pane.detach` is still delivered to the PTY (here 128 KiB, more than one
+/// input request), and input typed while the app attaches the same binding again follows the
+/// new stream in order: nothing typed is lost (rule C: all of it to this PTY only).
+#[test]
+fn rule_c_input_survives_a_detach_and_a_second_attach_of_the_same_binding() {
+    let home = TestHome::new();
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let p = open(&mut app, &host, "w", "main", SHELL);
+    echo(&mut app, &p, "echo ready-$((1+1))", "ready-2");
+
+    // Re-attach from 0 while typing: both lines run, in order.
+    app.notify(
+        "pane.input",
+        json!({"binding": p, "data": b64(b"echo one-$((0+1))\n")}),
+    );
+    let id = app.request(
+        "pane.attach",
+        json!({"host": host, "pane": p["pane"], "pty": p["pty"], "resume_from": 0}),
+    );
+    app.notify(
+        "pane.input",
+        json!({"binding": p, "data": b64(b"echo two-$((1+1))\n")}),
+    );
+    app.answer(&json!(id)).unwrap();
+    // The new stream replays from 0; the old one may have delivered some of it before.
+    let (text, _) = app.read_until(&p, "two-2");
+    let (one, two) = (text.rfind("one-1").unwrap(), text.rfind("two-2").unwrap());
+    assert!(one < two, "in order: {text}");
+
+    // 128 KiB of input, then detach at once: all of it reaches the shell.
+    let out = home.path().join("home/after-detach.txt");
+    let mut paste = ": ".to_string() + &"x".repeat(128 * 1024) + "\n";
+    paste += &format!("echo detached-$((3+4)) > {}\n", out.display());
+    app.call(
+        "pane.input",
+        json!({"binding": p, "data": b64(paste.as_bytes())}),
+    )
+    .unwrap();
+    app.call("pane.detach", json!({ "binding": p })).unwrap();
+    eventually("the input queued before the detach ran", || {
+        let text = std::fs::read_to_string(&out).ok()?;
+        (text.trim() == "detached-7").then_some(())
+    });
+    eventually("the lease turns detached", || {
+        let leases = home.leases_json();
+        (leases[0]["state"] == "detached").then_some(())
+    });
+    assert_eq!(
+        app.error_code("pane.input", json!({"binding": p, "data": b64(b"x")})),
+        "unknown_binding",
+        "a detached binding takes no input"
+    );
+}

@@ -45,7 +45,8 @@ fn settled_state(app: &mut Sidecar, id: &str) -> Value {
 }
 
 /// Errors a retry cannot fix reach the app with stable codes: an unknown host key is put to the
-/// app (`host_key.confirm`) and, declined, fails the host with `host_key_unknown` (pane.open
+/// app (`host_key.confirm`; answered after ConnectTimeout has passed, which does not count a
+/// person's decision) and, declined, fails the host with `host_key_unknown` (pane.open
 /// says the same); a changed key fails with `host_key_changed` without asking; a key the host
 /// does not accept fails with `auth_failed`. Fixed, the host connects and serves a pane.
 #[tokio::test(flavor = "multi_thread")]
@@ -54,8 +55,22 @@ async fn ssh_failures_reach_the_app_with_stable_codes() {
     let home = TestHome::new();
     let mut app = sidecar(&home);
 
-    let id = open_host(&mut app, &host, host.key_path());
+    // ConnectTimeout 2 s: a person taking longer to answer must not turn into a timeout and a
+    // second question.
+    let base = options(&host).resolve.config_file.unwrap();
+    let slow = host.home().join(".ssh/slow_config");
+    let text = std::fs::read_to_string(&base).unwrap() + "  ConnectTimeout 2\n";
+    std::fs::write(&slow, text).unwrap();
+    let r = app
+        .call(
+            "host.open",
+            json!({"destination": host.destination(), "ssh_config": slow,
+                   "identity": host.key_path()}),
+        )
+        .unwrap();
+    let id = r["host"].as_str().unwrap().to_string();
     let question = app.take("host_key.confirm", |m| m["method"] == "host_key.confirm");
+    std::thread::sleep(std::time::Duration::from_secs(4));
     assert_eq!(question["params"]["host"], id.as_str());
     assert!(
         question["params"]["fingerprint"]
@@ -73,6 +88,11 @@ async fn ssh_failures_reach_the_app_with_stable_codes() {
     assert!(
         !host.known_hosts_path().exists(),
         "a declined key is not recorded"
+    );
+    assert!(
+        app.try_take(|m| m["method"] == "host_key.confirm")
+            .is_none(),
+        "asked once: the slow answer did not time the attempt out"
     );
     app.call("host.close", json!({ "host": id })).unwrap();
 
