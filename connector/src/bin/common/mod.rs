@@ -8,11 +8,16 @@ use std::future::Future;
 use std::io::IsTerminal;
 
 /// Sets up logging to stderr (filter from `RELAY_LOG`, default `warn`: a terminal client prints
-/// only what the user should see) and runs `main` on a single-threaded tokio runtime.
+/// only what the user should see) and runs `main` on a tokio runtime of `workers` threads (1:
+/// the current thread only, as a terminal client needs; `relay serve` uses two, so that
+/// encoding one pane's output and reading the app's next line run side by side).
 ///
 /// # Errors
 /// The runtime could not be built, or `main`'s own error.
-pub fn run<T>(main: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+pub fn run_on<T>(
+    workers: usize,
+    main: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
@@ -21,9 +26,16 @@ pub fn run<T>(main: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = if workers <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()?
+    };
     let result = runtime.block_on(main);
     // A write to a stdout nobody reads blocks a thread of the runtime's pool; leaving must not
     // wait for it (rule G: SIGTERM ends relay at once).

@@ -33,7 +33,13 @@ pub struct Failure {
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    let result = common::run(async {
+    // The sidecar serves many panes at once; a terminal client needs one thread.
+    let workers = if matches!(cli.command, cli::Command::Serve(_)) {
+        2
+    } else {
+        1
+    };
+    let result = common::run_on(workers, async {
         match &cli.command {
             cli::Command::Shell(args) => shell::run(args, shell::Mode::Shell).await,
             cli::Command::Attach(args) => shell::run(args, shell::Mode::Attach).await,

@@ -32,7 +32,7 @@ pub use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match common::run(commands::run(&cli)) {
+    match common::run_on(1, commands::run(&cli)) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::NotAllDone) => ExitCode::FAILURE,
         // `relayctl leases | head -1`: the reader had what it wanted (see output.rs).
