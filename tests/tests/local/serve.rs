@@ -117,6 +117,22 @@ fn bad_input_gets_coded_errors_and_other_panes_keep_working() {
         ),
         "unknown_host"
     );
+    // Careless calls are refused, not guessed at: a misspelled field would spawn a login
+    // shell, a command string is not an argv, a workspace id is one part of a pane key.
+    let typo = json!({"host": host, "pane": pane("w", "typo"), "cmd": ["true"]});
+    let e = app.call("pane.open", typo).unwrap_err();
+    assert_eq!(e["data"]["code"], "invalid_params");
+    assert!(e["message"].as_str().unwrap().contains("cmd"), "{e}");
+    let string = json!({"host": host, "pane": pane("w", "s"), "command": "ls -la"});
+    assert_eq!(app.error_code("pane.open", string), "invalid_params");
+    for bad in ["", "a/b"] {
+        let call = json!({"host": host, "workspace": bad});
+        assert_eq!(app.error_code("workspace.hydrate", call), "invalid_params");
+    }
+    assert_eq!(
+        app.error_code("host.open", json!({"destination": ""})),
+        "invalid_params"
+    );
 
     // Nothing of the above reached the pane; it answers, and another pane opens.
     echo(&mut app, &a, "echo a-again-$((1+1))", "a-again-2");

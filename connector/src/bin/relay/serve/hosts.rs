@@ -20,7 +20,14 @@ impl Server {
     /// `{host, existing}`. Opening
     /// a destination that is open already returns its host (and ignores the other fields).
     pub(super) fn host_open(&self, p: Params<'_>) -> Result<Value, RpcError> {
-        let destination = p.str("destination")?;
+        p.only(&[
+            "destination",
+            "ssh_config",
+            "identity",
+            "port",
+            "accept_new",
+        ])?;
+        let destination = p.non_empty("destination")?;
         let args = SshArgs {
             accept_new: p.flag("accept_new")?,
             ssh_config: p.opt_str("ssh_config")?.map(PathBuf::from),
@@ -122,6 +129,7 @@ impl Server {
     /// `host.close {host}`: stops reconnecting and closes the connection; the host's PTYs keep
     /// running. Its panes' streams end with `pane.closed`.
     pub(super) async fn host_close(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["host"])?;
         let id = p.str("host")?;
         let entry = self.hosts().remove(id).ok_or_else(|| {
             RpcError::new(
@@ -149,6 +157,7 @@ impl Server {
     /// `host.retry {host}`: skips the wait before the next connection attempt (also after
     /// `failed`, once its cause was fixed).
     pub(super) fn host_retry(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["host"])?;
         self.host(p.str("host")?)?.retry_now();
         Ok(done())
     }

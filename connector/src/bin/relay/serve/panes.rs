@@ -104,6 +104,16 @@ impl Server {
     /// stream starts from offset 0 after the reply. The only method that may spawn; idempotent
     /// by pane key (a live pane is attached, rule D).
     pub(super) async fn pane_open(self: &Arc<Self>, p: Params<'_>) -> Outcome {
+        p.only(&[
+            "host",
+            "pane",
+            "command",
+            "cwd",
+            "env",
+            "term",
+            "size",
+            "timeout_ms",
+        ])?;
         let host_id = p.str("host")?;
         let host = self.host(host_id)?;
         let pane = p.pane("pane")?;
@@ -119,7 +129,7 @@ impl Server {
             Some(_) => return Err(RpcError::params("`env` must be an object of strings")),
         };
         let spec = SpawnSpec {
-            command: p.strings("command")?,
+            command: p.argv("command")?,
             cwd: p.opt_str("cwd")?.map(str::to_string),
             term: p.opt_str("term")?.map(str::to_string),
             size: p.size("size")?,
@@ -140,6 +150,7 @@ impl Server {
     /// exactly this PTY; else `not_found`, `ended` or `mismatch`. Without `resume_from` the
     /// stream starts with a snapshot of the screen.
     pub(super) async fn pane_attach(self: &Arc<Self>, p: Params<'_>) -> Outcome {
+        p.only(&["host", "pane", "pty", "resume_from", "timeout_ms"])?;
         let host_id = p.str("host")?;
         let host = self.host(host_id)?;
         let pane = p.pane("pane")?;
@@ -232,6 +243,7 @@ impl Server {
     /// `pane.input {binding, data}` (base64): queued in order for the PTY; `input_full` when
     /// the pane's queue is over its bound (1 MiB) while the host is away.
     pub(super) fn pane_input(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["binding", "data"])?;
         let data = p.bytes("data")?;
         self.with_pane(&p, |e| {
             let Some(input) = e.input.as_ref() else {
@@ -245,6 +257,7 @@ impl Server {
 
     /// `pane.ack {binding, offset}`: output up to `offset` was consumed.
     pub(super) fn pane_ack(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["binding", "offset"])?;
         let offset = p
             .opt_u64("offset")?
             .ok_or_else(|| RpcError::params("`offset` (an output offset) is missing"))?;
@@ -257,6 +270,7 @@ impl Server {
     /// `pane.resize {binding, cols, rows}`: applied in order, the latest size winning; again
     /// after every re-attach.
     pub(super) fn pane_resize(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["binding", "cols", "rows"])?;
         let size = p.size_fields()?;
         self.with_pane(&p, |e| {
             e.size.send_replace(Some(size));
@@ -267,6 +281,7 @@ impl Server {
     /// `pane.detach {binding}`: stops the stream and detaches; the PTY keeps running. Input
     /// already queued is still delivered (bounded).
     pub(super) fn pane_detach(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["binding"])?;
         self.with_pane(&p, |_| Ok(()))?;
         let (host, binding) = p.binding("binding")?;
         let Some(mut entry) = self.panes().remove(&(host, binding.pty)) else {
@@ -288,6 +303,7 @@ impl Server {
     /// `pane.signal {binding, signal}`: a name (`"INT"`, `"SIGINT"`) or a Linux number, to the
     /// PTY's foreground process group.
     pub(super) async fn pane_signal(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["binding", "signal", "timeout_ms"])?;
         let signal = match p.0.get("signal") {
             Some(Value::Number(n)) => n.as_i64().and_then(|n| i32::try_from(n).ok()),
             Some(Value::String(s)) => {
@@ -318,6 +334,7 @@ impl Server {
     /// `pane.kill {binding}`: ends the PTY (SIGHUP, then SIGKILL after the agent's grace); the
     /// stream then ends with `pane.exited`.
     pub(super) async fn pane_kill(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["binding", "timeout_ms"])?;
         let (host, binding) = self.held(&p)?;
         let host_id = p.binding("binding")?.0;
         let session = within(&p, &host_id, &host, host.session()).await?;

@@ -25,6 +25,60 @@ impl<'a> Params<'a> {
         self.0.get(name).filter(|v| !v.is_null())
     }
 
+    /// Refuses fields other than `allowed` (a misspelled `command` must not open a login
+    /// shell).
+    pub fn only(&self, allowed: &[&str]) -> Result<(), RpcError> {
+        let Some(fields) = self.0.as_object() else {
+            return Ok(());
+        };
+        let unknown: Vec<&str> = fields
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !allowed.contains(k))
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(RpcError::params(format!(
+            "unknown field{} {}; this method takes {}",
+            if unknown.len() > 1 { "s" } else { "" },
+            unknown.join(", "),
+            allowed.join(", ")
+        )))
+    }
+
+    /// A required name (a workspace id): as one part of a pane key.
+    pub fn name(&self, name: &str) -> Result<&'a str, RpcError> {
+        let v = self.str(name)?;
+        if is_name(v) {
+            Ok(v)
+        } else {
+            Err(RpcError::params(format!(
+                "`{name}` must be a non-empty string without `/` or control characters, at \
+                 most 256 bytes"
+            )))
+        }
+    }
+
+    /// A required non-empty string.
+    pub fn non_empty(&self, name: &str) -> Result<&'a str, RpcError> {
+        let v = self.str(name)?;
+        if v.trim().is_empty() {
+            return Err(RpcError::params(format!("`{name}` is empty")));
+        }
+        Ok(v)
+    }
+
+    /// An optional argv array (absent: empty).
+    pub fn argv(&self, name: &str) -> Result<Vec<String>, RpcError> {
+        match self.field(name) {
+            None | Some(Value::Array(_)) => self.strings(name),
+            Some(_) => Err(RpcError::params(format!(
+                "`{name}` must be an argv array, e.g. [\"ls\", \"-la\"]"
+            ))),
+        }
+    }
+
     /// A required string.
     pub fn str(&self, name: &str) -> Result<&'a str, RpcError> {
         self.opt_str(name)?
@@ -157,15 +211,13 @@ fn size_of(v: &Value) -> Option<TermSize> {
 /// Longest part of a pane key, in bytes (as `relay --workspace/--pane`).
 const MAX_NAME: usize = 256;
 
+/// Whether `s` can be one part of a pane key.
+fn is_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_NAME && !s.contains('/') && !s.chars().any(char::is_control)
+}
+
 fn pane_of(v: &Value) -> Option<PaneKey> {
-    let part = |k: &str| {
-        v.get(k)?.as_str().filter(|s| {
-            !s.is_empty()
-                && s.len() <= MAX_NAME
-                && !s.contains('/')
-                && !s.chars().any(char::is_control)
-        })
-    };
+    let part = |k: &str| v.get(k)?.as_str().filter(|s| is_name(s));
     Some(PaneKey::new(
         part("workspace")?,
         part("tab")?,
@@ -375,7 +427,8 @@ pub fn state_json(host: &str, state: &HostState) -> Value {
             next_retry_at,
             last_error,
         } => {
-            p.insert("attempt".into(), json!(attempt));
+            // The number of the attempt that comes next, as `text` says it.
+            p.insert("attempt".into(), json!(attempt + 1));
             p.insert("next_retry_at_ms".into(), json!(epoch_ms(*next_retry_at)));
             p.insert("last_error".into(), error_json(&from_error(last_error)));
             "reconnecting"

@@ -49,9 +49,10 @@ impl Server {
     /// does not answer in time (see [`within`]) the call fails with `timeout`: an empty list always means the
     /// host said so, never that it was not asked (a caller must not create panes on a guess).
     pub(super) async fn hydrate(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["host", "workspace", "timeout_ms"])?;
         let host_id = p.str("host")?;
         let host = self.host(host_id)?;
-        let workspace = host.workspace(p.str("workspace")?);
+        let workspace = host.workspace(p.name("workspace")?);
         let leases = within(&p, host_id, &host, workspace.leases()).await?;
         let leases = leases.map_err(|e| self.host_error(&host, e))?;
         let panes: Vec<Value> = current_leases(leases)
@@ -77,8 +78,14 @@ impl Server {
     /// bindings given); exactly those are ended, protected ones refused; nothing created later
     /// is touched, and nothing is swept by listing again.
     pub(super) async fn kill_all(&self, p: Params<'_>) -> Result<Value, RpcError> {
+        p.only(&["host", "workspace", "panes", "timeout_ms"])?;
         let host_id = p.str("host")?;
         let host = self.host(host_id)?;
+        if p.0.get("panes").is_some() && p.0.get("workspace").is_some() {
+            return Err(RpcError::params(
+                "give `workspace` (all its running panes) or `panes` (exact bindings), not both",
+            ));
+        }
         let targets: Vec<Binding> = match p.0.get("panes") {
             Some(Value::Array(items)) => items
                 .iter()
@@ -95,7 +102,7 @@ impl Server {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(RpcError::params("`panes` must be an array of bindings")),
             None => {
-                let workspace = host.workspace(p.str("workspace")?);
+                let workspace = host.workspace(p.name("workspace")?);
                 let leases = within(&p, host_id, &host, workspace.leases()).await?;
                 let leases = leases.map_err(|e| self.host_error(&host, e))?;
                 leases
