@@ -134,6 +134,15 @@ fn bad_input_gets_coded_errors_and_other_panes_keep_working() {
         "invalid_params"
     );
 
+    // A size over the agent's limit is answered at once and refused afterwards, visibly.
+    app.call(
+        "pane.resize",
+        json!({"binding": a, "cols": 5000, "rows": 10}),
+    )
+    .unwrap();
+    let refused = app.notification("pane.resize_failed", a["pty"].as_str());
+    assert_eq!(refused["error"]["code"], "limit_exceeded", "{refused}");
+
     // Nothing of the above reached the pane; it answers, and another pane opens.
     echo(&mut app, &a, "echo a-again-$((1+1))", "a-again-2");
     let b = open(&mut app, &host, "w", "b", SHELL);
@@ -355,5 +364,36 @@ fn rule_c_input_survives_a_detach_and_a_second_attach_of_the_same_binding() {
         app.error_code("pane.input", json!({"binding": p, "data": b64(b"x")})),
         "unknown_binding",
         "a detached binding takes no input"
+    );
+}
+
+/// Rule A, and nothing accepted is dropped: input the sidecar took (even as a notification,
+/// with no answer awaited) right before the app closed its stdin still reaches the shell, and
+/// the shell runs on.
+#[test]
+fn rule_a_input_accepted_before_the_app_quits_is_delivered() {
+    let home = TestHome::new();
+    let out = home.path().join("home/typed.txt");
+    for round in 0..5 {
+        let mut app = sidecar(&home);
+        let host = open_local(&mut app);
+        let script = format!("stty raw -echo; exec cat >> {}", out.display());
+        let p = open(&mut app, &host, "w", &format!("cat-{round}"), &script);
+        let line = format!("typed-{round}\n");
+        app.notify(
+            "pane.input",
+            json!({"binding": p, "data": b64(line.as_bytes())}),
+        );
+        assert_eq!(app.close(), Some(0));
+        eventually("the typed line reached the shell", || {
+            let text = std::fs::read_to_string(&out).ok()?;
+            text.contains(&format!("typed-{round}")).then_some(())
+        });
+    }
+    let leases = home.leases_json();
+    assert_eq!(leases.len(), 5);
+    assert!(
+        leases.iter().all(|l| l["state"] == "detached"),
+        "{leases:?}"
     );
 }

@@ -53,11 +53,18 @@ pub async fn run() -> anyhow::Result<u8> {
             Some(Line::Text(text)) => server.handle(text.as_bytes()).await,
         }
     }
-    // The app is gone. Its hosts' connections close with the process; every PTY keeps running
-    // on its host (rule A), for the next sidecar to hydrate and attach.
-    tracing::info!("stdin closed; relay serve exits");
+    // The app is gone. What it was told was accepted is still carried out (bounded): calls
+    // under way are answered, queued input is delivered. Then its hosts' connections close
+    // with the process; every PTY keeps running on its host (rule A), for the next sidecar to
+    // hydrate and attach.
+    tracing::info!("stdin closed; finishing accepted work, then relay serve exits");
+    let _ = tokio::time::timeout(EXIT_GRACE, server.finish()).await;
     Ok(0)
 }
+
+/// Longest time the sidecar spends, after stdin closed, answering calls under way and
+/// delivering input it accepted.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Everything the sidecar holds: hosts by id, panes by `(host id, PTY)`.
 pub struct Server {
@@ -65,6 +72,8 @@ pub struct Server {
     hosts: Mutex<HashMap<String, HostEntry>>,
     panes: Mutex<HashMap<(String, PtyId), PaneEntry>>,
     next_id: AtomicU64,
+    /// Calls running on their own tasks.
+    calls: tokio_util::task::TaskTracker,
 }
 
 /// One opened host.
@@ -81,6 +90,8 @@ struct PaneEntry {
     generation: u64,
     /// Taken when the app detaches (queued input is still delivered).
     input: Option<InputWriter>,
+    /// Why `input` stopped delivering; read by the pane's pump (one pump at a time).
+    failures: Arc<tokio::sync::Mutex<relay_connector::InputFailures>>,
     size: watch::Sender<Option<TermSize>>,
     credit: Arc<panes::AppCredit>,
     tasks: Vec<tokio::task::AbortHandle>,
@@ -127,7 +138,22 @@ impl Server {
             hosts: Mutex::new(HashMap::new()),
             panes: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            calls: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// After stdin closed: waits for the calls under way, delivers every pane's queued input,
+    /// and writes what is queued for stdout.
+    async fn finish(&self) {
+        self.calls.close();
+        self.calls.wait().await;
+        let inputs: Vec<InputWriter> = self
+            .panes()
+            .values_mut()
+            .filter_map(|e| e.input.take())
+            .collect();
+        futures_util::future::join_all(inputs.into_iter().map(InputWriter::finish)).await;
+        self.out.flush().await;
     }
 
     fn next_id(&self) -> u64 {
@@ -180,7 +206,7 @@ impl Server {
             return;
         }
         let server = self.clone();
-        tokio::spawn(async move {
+        self.calls.spawn(async move {
             let outcome = server.call(&method, Params(&params)).await;
             answer(&server.out, id, outcome).await;
         });

@@ -186,12 +186,25 @@ impl Server {
     ) -> (Value, oneshot::Sender<()>) {
         let binding = handle.binding().clone();
         let json = wire::binding_json(host_id, &binding);
-        let mut input = host.input_writer(&binding);
-        let failures = input.failures();
+        let key = (host_id.to_string(), binding.pty);
+        // One lock for the swap: an input arriving meanwhile finds the old entry or the new one.
+        let mut panes = self.panes();
+        // A second hold of the same binding keeps its input writer: what was queued for the
+        // PTY (during an outage, or while this attach was under way) is delivered, in order,
+        // through the new attachment.
+        let mut replaced = panes.remove(&key);
+        let kept = replaced
+            .as_mut()
+            .filter(|old| old.binding == binding)
+            .and_then(|old| Some((old.input.take()?, old.failures.clone())));
+        let (input, failures) = kept.unwrap_or_else(|| {
+            let mut input = host.input_writer(&binding);
+            let failures = Arc::new(tokio::sync::Mutex::new(input.failures()));
+            (input, failures)
+        });
         let credit = Arc::new(AppCredit::new(handle.next_offset()));
         let (size, sizes) = watch::channel(None);
         let generation = self.next_id();
-        let key = (host_id.to_string(), binding.pty);
         let (start, started) = oneshot::channel();
         let pump = tokio::spawn(pump(
             self.clone(),
@@ -202,21 +215,29 @@ impl Server {
                 credit: credit.clone(),
                 binding: json.clone(),
             },
-            failures,
+            failures.clone(),
             started,
         ));
-        let resizer = tokio::spawn(resizer(host.clone(), binding.clone(), sizes));
+        let resizer = tokio::spawn(resizer(
+            self.out.clone(),
+            host.clone(),
+            (binding.clone(), json.clone()),
+            sizes,
+        ));
         let entry = PaneEntry {
             binding,
             generation,
             input: Some(input),
+            failures,
             size,
             credit,
             tasks: vec![pump.abort_handle(), resizer.abort_handle()],
         };
+        panes.insert(key, entry);
+        drop(panes);
         // Dropping a replaced entry aborts its tasks; its handle's release cannot touch the new
         // subscription (the library keys it by its own sink).
-        let _replaced = self.panes().insert(key, entry);
+        drop(replaced);
         (json, start)
     }
 
@@ -291,7 +312,7 @@ impl Server {
         // is delivered through) lives until the input is delivered or the grace is over.
         entry.credit.mute();
         let input = entry.input.take();
-        tokio::spawn(async move {
+        self.calls.spawn(async move {
             if let Some(input) = input {
                 let _ = tokio::time::timeout(DETACH_GRACE, input.finish()).await;
             }
@@ -422,11 +443,13 @@ async fn pump(
     key: (String, relay_protocol::PtyId),
     generation: u64,
     mut s: Stream,
-    mut failures: InputFailures,
+    failures: Arc<tokio::sync::Mutex<InputFailures>>,
     started: oneshot::Receiver<()>,
 ) {
     // After the reply naming the binding (or at once if the reply could not be sent).
     let _ = started.await;
+    // Free once a replaced pump of the same binding is gone.
+    let mut failures = failures.lock().await;
     let binding_text = s.binding.to_string();
     let mut stash = None;
     loop {
@@ -457,14 +480,25 @@ async fn pump(
     server.stream_ended(&key, generation);
 }
 
-/// Applies the latest size asked for, in order.
-async fn resizer(host: Host, binding: Binding, mut sizes: watch::Receiver<Option<TermSize>>) {
+/// Applies the latest size asked for, in order; says so when the host refuses one.
+async fn resizer(
+    out: super::rpc::Out,
+    host: Host,
+    (binding, json): (Binding, Value),
+    mut sizes: watch::Receiver<Option<TermSize>>,
+) {
     while sizes.changed().await.is_ok() {
         let Some(size) = *sizes.borrow_and_update() else {
             continue;
         };
         if let Err(e) = host.resize(&binding, size).await {
             tracing::info!(%binding, "resize failed: {e}");
+            let params = json!({
+                "binding": json,
+                "size": wire::size_json(size),
+                "error": wire::error_json(&wire::from_error(&e)),
+            });
+            out.notify("pane.resize_failed", params).await;
         }
     }
 }

@@ -264,9 +264,16 @@ fn line_of(msg: &Value) -> Vec<u8> {
 /// line each. Cheap to clone.
 #[derive(Clone)]
 pub struct Out {
-    /// Serialized messages, newline included.
-    tx: mpsc::Sender<Vec<u8>>,
+    tx: mpsc::Sender<Outgoing>,
     asked: Arc<Asked>,
+}
+
+/// What the writer task takes.
+enum Outgoing {
+    /// One serialized message, newline included.
+    Line(Vec<u8>),
+    /// Answered once everything queued before it is written and flushed.
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 /// Questions to the app awaiting an answer.
@@ -282,20 +289,28 @@ impl Out {
         output: impl AsyncWrite + Unpin + Send + 'static,
         closed: tokio_util::sync::CancellationToken,
     ) -> Out {
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(OUT_QUEUE);
+        let (tx, mut rx) = mpsc::channel::<Outgoing>(OUT_QUEUE);
         tokio::spawn(async move {
             let mut output = tokio::io::BufWriter::with_capacity(256 * 1024, output);
-            while let Some(line) = rx.recv().await {
-                let mut ok = output.write_all(&line).await.is_ok();
+            let mut flushed = Vec::new();
+            while let Some(first) = rx.recv().await {
                 // Write what is queued as one batch, then flush once.
-                while ok {
-                    let Ok(line) = rx.try_recv() else { break };
-                    ok = output.write_all(&line).await.is_ok();
+                let mut next = Some(first);
+                let mut ok = true;
+                while let (true, Some(msg)) = (ok, next.take()) {
+                    match msg {
+                        Outgoing::Line(line) => ok = output.write_all(&line).await.is_ok(),
+                        Outgoing::Flush(done) => flushed.push(done),
+                    }
+                    next = rx.try_recv().ok();
                 }
                 if !ok || output.flush().await.is_err() {
                     tracing::info!("stdout closed; the app is gone");
                     closed.cancel();
                     return;
+                }
+                for done in flushed.drain(..) {
+                    let _ = done.send(());
                 }
             }
         });
@@ -315,7 +330,15 @@ impl Out {
     /// Queues one serialized message (newline included) for stdout.
     pub async fn send_line(&self, line: Vec<u8>) {
         // Fails only when the writer stopped (stdout closed); the sidecar is ending then.
-        let _ = self.tx.send(line).await;
+        let _ = self.tx.send(Outgoing::Line(line)).await;
+    }
+
+    /// Waits until everything queued so far is written to stdout (or the writer stopped).
+    pub async fn flush(&self) {
+        let (done, written) = tokio::sync::oneshot::channel();
+        if self.tx.send(Outgoing::Flush(done)).await.is_ok() {
+            let _ = written.await;
+        }
     }
 
     /// Answers request `id`.
@@ -341,7 +364,7 @@ impl Out {
         let (tx, rx) = std::sync::mpsc::channel();
         self.waiting().insert(id, tx);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let answer = match self.tx.blocking_send(line_of(&msg)) {
+        let answer = match self.tx.blocking_send(Outgoing::Line(line_of(&msg))) {
             Ok(()) => rx.recv_timeout(APP_ANSWER_WITHIN).ok(),
             Err(_) => None,
         };
