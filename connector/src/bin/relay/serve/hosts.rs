@@ -10,8 +10,9 @@ use relay_connector::{Error, Host, HostOptions, HostState, LocalTransport, Trans
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use super::params::Params;
 use super::rpc::{Out, RpcError};
-use super::wire::{self, Params};
+use super::wire;
 use super::{done, HostEntry, Server};
 use crate::common::ssh_args::SshArgs;
 

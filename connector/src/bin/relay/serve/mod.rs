@@ -8,7 +8,7 @@
 //! what the sidecar remembers; only `pane.open` may spawn.
 //!
 //! - [`rpc`]: framing, bounded lines, the stdout writer, questions to the app.
-//! - [`wire`]: JSON shapes and error codes.
+//! - [`params`]: reading a call's parameters; [`wire`]: JSON shapes and error codes.
 //! - `hosts`, `panes`, `workspace`: the methods.
 //!
 //! A bad line (not JSON, unknown method, bad parameters, bad base64, over [`rpc::MAX_LINE`])
@@ -17,6 +17,7 @@
 
 mod hosts;
 mod panes;
+pub mod params;
 pub mod rpc;
 pub mod wire;
 mod workspace;
@@ -31,8 +32,8 @@ use serde_json::{json, Value};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use params::Params;
 use rpc::{Incoming, Line, LineReader, Out, RpcError};
-use wire::Params;
 
 /// Runs the sidecar until stdin closes; returns the exit code (0).
 pub async fn run() -> anyhow::Result<u8> {

@@ -15,8 +15,9 @@ use relay_protocol::{Binding, Resume, SpawnSpec, TermSize};
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, watch, Notify};
 
+use super::params::Params;
 use super::rpc::RpcError;
-use super::wire::{self, Params};
+use super::wire;
 use super::workspace::within;
 use super::{done, Answer, Outcome, PaneEntry, Server};
 

@@ -9,8 +9,9 @@ use relay_protocol::message::{EndOutcome, EndWhen};
 use relay_protocol::{Binding, LeaseInfo, LeaseState, PaneKey};
 use serde_json::{json, Value};
 
+use super::params::Params;
 use super::rpc::RpcError;
-use super::wire::{self, Params};
+use super::wire;
 use super::Server;
 
 /// How long a call waits for its host by default (`timeout_ms`): 30 s.
