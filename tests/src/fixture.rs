@@ -454,6 +454,22 @@ impl SshHost {
     }
 }
 
+/// Makes a new ed25519 key pair at `path` (and `path.pub`) with `passphrase` (empty: none),
+/// as `ssh-keygen` does; returns the public key line (`ssh-ed25519 AAAA... comment`).
+///
+/// # Errors
+/// When `ssh-keygen` cannot run or fails.
+pub fn keygen(path: &Path, passphrase: &str) -> Result<String> {
+    let st = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", passphrase, "-f"])
+        .arg(path)
+        .status()?;
+    anyhow::ensure!(st.success(), "ssh-keygen failed for {}", path.display());
+    Ok(std::fs::read_to_string(path.with_extension("pub"))?
+        .trim()
+        .to_string())
+}
+
 /// Two independent hosts (for isolation tests).
 ///
 /// # Errors

@@ -36,13 +36,7 @@ async fn changed_host_key_is_refused_naming_file_and_line() {
     let host = SshHost::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let other = dir.path().join("k");
-    let st = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&other)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let other_pub = std::fs::read_to_string(other.with_extension("pub")).unwrap();
+    let other_pub = relay_tests::fixture::keygen(&other, "").unwrap();
     let other_pub: Vec<&str> = other_pub.split_whitespace().collect();
     let kh = host.known_hosts_path();
     std::fs::write(

@@ -98,13 +98,7 @@ async fn ssh_failures_reach_the_app_with_stable_codes() {
 
     // Another key recorded for the host: refused as changed, nobody asked.
     let other = host.home().join("other_key");
-    let st = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&other)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let other_pub = std::fs::read_to_string(other.with_extension("pub")).unwrap();
+    let other_pub = relay_tests::fixture::keygen(&other, "").unwrap();
     let fields: Vec<&str> = other_pub.split_whitespace().collect();
     std::fs::write(
         host.known_hosts_path(),

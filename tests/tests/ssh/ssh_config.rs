@@ -126,13 +126,7 @@ async fn encrypted_key_asks_the_passphrase_callback() {
     let host = SshHost::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("enc_key");
-    let st = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "s3cret", "-f"])
-        .arg(&key)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let public = relay_tests::fixture::keygen(&key, "s3cret").unwrap();
     host.exec_ok(&format!(
         "echo '{}' >> ~/.ssh/authorized_keys",
         public.trim()
