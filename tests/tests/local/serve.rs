@@ -133,6 +133,8 @@ fn bad_input_gets_coded_errors_and_other_panes_keep_working() {
         app.error_code("host.open", json!({"destination": ""})),
         "invalid_params"
     );
+    let nowhere = json!({"host": host, "pane": pane("w", "c"), "cwd": "/no/such/dir"});
+    assert_eq!(app.error_code("pane.open", nowhere), "spawn_failed");
 
     // A size over the agent's limit is answered at once and refused afterwards, visibly.
     app.call(

@@ -345,6 +345,91 @@ mod tests {
         );
     }
 
+    /// The stable codes of docs/embedding.md, one per library error: an app decides on them,
+    /// so a code must not drift when the library's messages change.
+    #[test]
+    fn every_library_error_has_its_documented_code() {
+        let s = || "x".to_string();
+        let pane = || PaneKey::new("w", "t", "0");
+        let pty = || "01.1".parse().unwrap();
+        let table: Vec<(Error, &str)> = vec![
+            (Error::HostKey(s()), "host_key_unknown"),
+            (Error::HostKeyChanged(s()), "host_key_changed"),
+            (Error::Auth(s()), "auth_failed"),
+            (Error::Unsupported(s()), "unsupported"),
+            (Error::Incompatible(s()), "incompatible"),
+            (Error::NoAgentBinary(s()), "no_agent_binary"),
+            (Error::AgentCannotRun(s()), "agent_cannot_run"),
+            (Error::Config(s()), "config"),
+            (Error::Policy(s()), "policy_refused"),
+            (Error::Handshake(s()), "handshake_failed"),
+            (Error::ConnectionLost(s()), "connection_lost"),
+            (Error::Timeout(s()), "timeout"),
+            (Error::HandshakeTimeout(s()), "timeout"),
+            (Error::InputFull(s()), "input_full"),
+            (Error::PaneGone(s()), "pane_gone"),
+            (Error::HostDown(s()), "host_down"),
+            (Error::NoAgent(s()), "no_agent"),
+            (Error::Deploy(s()), "deploy_failed"),
+            (Error::Ssh(s()), "transport"),
+            (Error::BridgeExited(s()), "transport"),
+            (Error::Spawn(s()), "transport"),
+            (
+                Error::from(ErrorReply::NotFound { pane: pane() }),
+                "not_found",
+            ),
+            (
+                Error::from(ErrorReply::Ended {
+                    pane: pane(),
+                    pty: pty(),
+                    exit: None,
+                    reason: EndReason::AgentRestarted,
+                }),
+                "ended",
+            ),
+            (
+                Error::from(ErrorReply::Mismatch {
+                    pane: pane(),
+                    expected: pty(),
+                    current: None,
+                }),
+                "mismatch",
+            ),
+            (
+                Error::from(ErrorReply::Unsupported { op: 9 }),
+                "unsupported",
+            ),
+            (
+                Error::from(ErrorReply::LimitExceeded {
+                    what: s(),
+                    limit: 1,
+                }),
+                "limit_exceeded",
+            ),
+            (
+                Error::from(ErrorReply::BadRequest { message: s() }),
+                "bad_request",
+            ),
+            (
+                Error::from(ErrorReply::SpawnFailed { message: s() }),
+                "spawn_failed",
+            ),
+            (
+                Error::from(ErrorReply::Incompatible { message: s() }),
+                "incompatible",
+            ),
+            (
+                Error::from(ErrorReply::Internal { message: s() }),
+                "agent_error",
+            ),
+        ];
+        for (error, code) in table {
+            let r = from_error(&error);
+            assert_eq!(r.code, code, "{error:?}");
+            assert!(!r.message.is_empty());
+        }
+    }
+
     #[test]
     fn agent_refusals_keep_their_fields() {
         let e = Error::from(ErrorReply::Mismatch {
