@@ -77,16 +77,13 @@ impl AppCredit {
         o.0 = o.0.max(end);
     }
 
-    /// `ev` is being sent to the app.
+    /// `ev` (not output: see [`AppCredit::sent_to`]) is being sent to the app: a snapshot or a
+    /// gap stands for the bytes before its offset, which need no ack.
     fn sent(&self, ev: &PaneEvent) {
-        let mut o = self.offsets();
-        match ev {
-            PaneEvent::Output { offset, data } => o.0 = o.0.max(offset + data.len() as u64),
-            PaneEvent::Snapshot { offset, .. } | PaneEvent::Gap { to: offset, .. } => {
-                o.0 = o.0.max(*offset);
-                o.1 = o.1.max(*offset);
-            }
-            _ => {}
+        if let PaneEvent::Snapshot { offset, .. } | PaneEvent::Gap { to: offset, .. } = ev {
+            let mut o = self.offsets();
+            o.0 = o.0.max(*offset);
+            o.1 = o.1.max(*offset);
         }
     }
 
@@ -342,8 +339,7 @@ impl Server {
             _ => None,
         }
         .ok_or_else(|| RpcError::params("`signal` must be a signal name (\"INT\") or number"))?;
-        let (host, binding) = self.held(&p)?;
-        let host_id = p.binding("binding")?.0;
+        let (host_id, host, binding) = self.held(&p)?;
         let session = within(&p, &host_id, &host, host.session()).await?;
         let session = session.map_err(|e| self.host_error(&host, e))?;
         session
@@ -357,8 +353,7 @@ impl Server {
     /// stream then ends with `pane.exited`.
     pub(super) async fn pane_kill(&self, p: Params<'_>) -> Result<Value, RpcError> {
         p.only(&["binding", "timeout_ms"])?;
-        let (host, binding) = self.held(&p)?;
-        let host_id = p.binding("binding")?.0;
+        let (host_id, host, binding) = self.held(&p)?;
         let session = within(&p, &host_id, &host, host.session()).await?;
         let session = session.map_err(|e| self.host_error(&host, e))?;
         session
@@ -368,11 +363,12 @@ impl Server {
         Ok(done())
     }
 
-    /// The host and binding of a held pane.
-    fn held(&self, p: &Params<'_>) -> Result<(Host, Binding), RpcError> {
+    /// The host id, host and binding of a held pane.
+    fn held(&self, p: &Params<'_>) -> Result<(String, Host, Binding), RpcError> {
         let binding = self.with_pane(p, |e| Ok(e.binding.clone()))?;
         let (host_id, _) = p.binding("binding")?;
-        Ok((self.host(&host_id)?, binding))
+        let host = self.host(&host_id)?;
+        Ok((host_id, host, binding))
     }
 
     /// The pump of `key` ended after a final event: forget the pane unless a newer hold of the
