@@ -2,6 +2,7 @@
 //!
 //! 1. **Probe** (one exec): `uname -sm` after a sentinel line (login shells may print banners,
 //!    motd or `.bashrc` noise first), the sha256 tool found (none: refused, nothing uploaded),
+//!    whether `gzip` is there,
 //!    the C library and its version, the mount options where `~/.relay/bin` lives, plus the
 //!    names of the installed `~/.relay/bin/relay-agent-<version>-*`.
 //! 2. Map the platform to a Rust target (`Linux x86_64` → `x86_64-unknown-linux-gnu`) and find the
@@ -10,11 +11,12 @@
 //!    the host can run it ([`host_check`](super::host_check)): a host whose glibc is older than
 //!    the binary needs, a musl host or a `noexec` install directory is refused here with the
 //!    cause and the fix, before anything is uploaded or executed.
-//! 3. If that file is absent: **upload** (one exec): write to a unique temp name in the same
-//!    directory, hash it on the host, and only if the hash matches `chmod 700` and `mv -f` it over
-//!    the final name (atomic rename; two connectors deploying at once each write their own temp
-//!    file and the last rename wins with identical content). Stale temp files older than an hour
-//!    are removed.
+//! 3. If that file is absent: **upload** (one exec, module `upload`): gzip-compressed when the
+//!    probe found `gzip` on the host, written to a unique temp name in the same directory,
+//!    hashed on the host, and only if the hash matches `chmod 700` and `mv -f` over the final
+//!    name (atomic rename; two connectors deploying at once each write their own temp file and
+//!    the last rename wins with identical content). Stale temp files older than an hour are
+//!    removed.
 //! 4. The bridge command checks the file right before `exec`: a regular file of the expected
 //!    size (so a huge file is never hashed), then its sha256 (read from stdin: GNU `sha256sum`
 //!    escapes odd file names); it refuses to run it on a mismatch (exit status
@@ -25,6 +27,10 @@
 //!    installed one is hashed once per connect, not twice. The bridge never stops or replaces a
 //!    running daemon: it connects to whatever daemon answers on the version-independent socket
 //!    and Hello/Welcome negotiates.
+//!
+//! Steps 1–3 run on a transport's first connect, and again only when step 4 finds the file it
+//! installed gone or changed: a reconnect runs the bridge command alone (`Installed` is what
+//! it needs to know), which saves the probe's two round trips.
 //!
 //! Where the agent binary comes from: [`AgentSource`] (module `agent_source`).
 
@@ -40,6 +46,7 @@ pub use super::agent_source::{local_target, target_for, AgentSource};
 use super::exec::{self, after_sentinel, sh_command, sh_quote};
 use super::handler::ClientHandler;
 use super::host_check::{self, GlibcVersion, HostFacts};
+use super::upload::{self, hash_of, Packing};
 use crate::Error;
 
 /// Connector version; deployed agents are named after it.
@@ -62,11 +69,12 @@ pub enum DeployEvent {
         /// Remote path (with `~`).
         path: String,
     },
-    /// Upload progress, in bytes.
+    /// Upload progress, in bytes as sent: compressed when the host has `gzip` (then `total` is
+    /// about 40 % of the binary's size).
     Uploading {
         /// Bytes sent so far.
         sent: u64,
-        /// Size of the binary.
+        /// Bytes to send.
         total: u64,
     },
     /// The binary was uploaded, verified and renamed into place.
@@ -94,20 +102,20 @@ pub struct DeployReport {
     pub uploaded: bool,
     /// Whether an existing file with the right name but a wrong hash was replaced.
     pub replaced_corrupt: bool,
-    /// Bytes uploaded (0 when nothing was uploaded).
+    /// Bytes sent by the upload, compressed or not (0 when nothing was uploaded).
     pub bytes: u64,
     /// Time the deploy took (probe and upload).
     pub elapsed: Duration,
 }
 
 /// A local agent binary, read and hashed.
-struct LocalAgent {
-    bytes: Vec<u8>,
-    sha256: String,
+pub(crate) struct LocalAgent {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) sha256: String,
     /// The highest glibc symbol version it needs (`None`: static, or not glibc-linked).
     glibc: Option<GlibcVersion>,
     /// File name on the host: `relay-agent-<version>-<16 hex>`.
-    name: String,
+    pub(crate) name: String,
 }
 
 impl LocalAgent {
@@ -142,10 +150,25 @@ impl LocalAgent {
 /// (the file is not executed).
 pub(crate) const BRIDGE_HASH_MISMATCH: u32 = 97;
 
+/// What the bridge command needs to check and run an installed agent: its file name in
+/// `~/.relay/bin`, size and sha256. Small, so a transport keeps it between connections and
+/// a reconnect runs the bridge without probing the host again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Installed {
+    /// `relay-agent-<version>-<16 hex>`.
+    name: String,
+    /// Size in bytes.
+    size: u64,
+    /// sha256, hex.
+    sha256: String,
+}
+
 /// An agent installed on the host (uploaded and verified, or found by name: the bridge command
 /// verifies it), with the local binary kept for replacing a corrupt file.
 pub(crate) struct Deployed {
     agent: LocalAgent,
+    /// How an upload to this host travels.
+    packing: Packing,
     /// What was done.
     pub(crate) report: DeployReport,
     started: Instant,
@@ -168,25 +191,33 @@ impl Deployed {
             "deployed agent has the wrong sha256 (corrupt); replacing it"
         );
         self.report.replaced_corrupt = true;
-        install(handle, &self.agent, progress, &mut self.report).await?;
+        upload::install(
+            handle,
+            &self.agent,
+            self.packing,
+            progress,
+            &mut self.report,
+        )
+        .await?;
         self.report.elapsed = self.started.elapsed();
         Ok(())
     }
+
+    /// What the bridge command checks and runs.
+    pub(crate) fn installed(&self) -> Installed {
+        Installed {
+            name: self.agent.name.clone(),
+            size: self.agent.bytes.len() as u64,
+            sha256: self.agent.sha256.clone(),
+        }
+    }
 }
 
-fn sentinel() -> String {
+/// A random line that cannot come from a login shell's noise, printed before a command's own
+/// output.
+pub(crate) fn sentinel() -> String {
     format!("RELAY-SENTINEL-{:016x}", rand::rng().random::<u64>())
 }
-
-/// Shell snippet printing the sha256 (hex) of the file named by shell variable `var`, or nothing
-/// when hashing fails. The file is read from stdin: GNU sha256sum escapes a name containing a
-/// backslash by prefixing the hash with `\`.
-fn hash_of(var: &str) -> String {
-    format!("$( (sha256sum < \"{var}\" 2>/dev/null || shasum -a 256 < \"{var}\") | cut -d' ' -f1)")
-}
-
-/// Exit status of the upload command when the host could not hash the uploaded file.
-const UPLOAD_HASH_FAILED: u32 = 7;
 
 /// Exit status of the bridge command when the host could not hash the installed agent (not a
 /// sign of corruption: nothing is replaced).
@@ -206,6 +237,9 @@ const DAEMON_CHECK: &str = "r=\"$HOME/.relay/run\"; if [ -S \"$r/agent.sock\" ];
 /// Prefix of the probe's line naming the host's sha256 tool.
 const HASH_TOOL: &str = "hash-tool=";
 
+/// The probe's line saying the host can unpack a gzip upload.
+const GZIP: &str = "unpack=gzip";
+
 /// What the probe found on the host.
 #[derive(Debug, PartialEq, Eq)]
 struct Probe {
@@ -218,6 +252,8 @@ struct Probe {
     /// Whether a daemon socket exists (`~/.relay/run/agent.sock`): a daemon of any version may
     /// be running.
     daemon_socket: bool,
+    /// Whether the host has `gzip` (an upload is then compressed).
+    gzip: bool,
     /// Path of every installed agent of this connector version.
     installed: Vec<String>,
 }
@@ -261,6 +297,7 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
         platform,
         target,
         daemon_socket: keyed.contains(&DAEMON_SOCKET),
+        gzip: keyed.contains(&GZIP),
         facts: host_check::facts_from_probe(keyed.into_iter()),
         installed: paths.into_iter().map(str::to_string).collect(),
     })
@@ -292,7 +329,8 @@ pub(crate) async fn ensure_agent(
     let probe = format!(
         "echo {mark}; uname -sm; if command -v sha256sum >/dev/null 2>&1; then echo {HASH_TOOL}sha256sum; \
          elif command -v shasum >/dev/null 2>&1; then echo {HASH_TOOL}shasum; \
-         else echo {HASH_TOOL}none; fi; {facts}; {daemon_check} for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
+         else echo {HASH_TOOL}none; fi; command -v gzip >/dev/null 2>&1 && echo {GZIP}; \
+         {facts}; {daemon_check} for f in \"$HOME/.relay/bin\"/relay-agent-{VERSION}-*; do \
          [ -f \"$f\" ] && echo \"$f\"; done; exit 0",
         facts = host_check::PROBE_SNIPPET,
         daemon_check = if start_agent { "" } else { DAEMON_CHECK },
@@ -355,6 +393,11 @@ pub(crate) async fn ensure_agent(
     };
 
     // 3. Present (the bridge command verifies it), or upload.
+    let packing = if probe.gzip {
+        Packing::Gzip
+    } else {
+        Packing::Plain
+    };
     let suffix = format!("/{}", agent.name);
     if probe.installed.iter().any(|file| file.ends_with(&suffix)) {
         emit(DeployEvent::AlreadyPresent {
@@ -367,105 +410,21 @@ pub(crate) async fn ensure_agent(
                 .to_string(),
         ));
     } else {
-        install(handle, &agent, progress, &mut report).await?;
+        upload::install(handle, &agent, packing, progress, &mut report).await?;
     }
     report.elapsed = started.elapsed();
     Ok(Deployed {
         agent,
+        packing,
         report,
         started,
     })
 }
 
-/// Uploads `agent` to a unique temp name, verifies its sha256 on the host, then `chmod` and
-/// atomic rename over the final name; records the upload in `report`.
-///
-/// # Errors
-/// [`Error::Deploy`] when the upload or its verification fails (nothing is left installed then);
-/// [`Error::Ssh`] when the connection fails meanwhile.
-async fn install(
-    handle: &Handle<ClientHandler>,
-    agent: &LocalAgent,
-    progress: Option<&ProgressCallback>,
-    report: &mut DeployReport,
-) -> Result<(), Error> {
-    let emit = |ev: DeployEvent| {
-        if let Some(cb) = progress {
-            cb(&ev);
-        }
-    };
-    let mark = sentinel();
-    let tmp = format!(".{}.tmp.{:016x}", agent.name, rand::rng().random::<u64>());
-    let upload = format!(
-        "umask 077; d=\"$HOME/.relay/bin\"; t=\"$d\"/{tmp}; mkdir -p \"$d\" || exit 4; \
-         find \"$d\" -name '.relay-agent-*.tmp.*' -mmin +60 -exec rm -f {{}} + 2>/dev/null; \
-         cat > \"$t\" || {{ rm -f \"$t\"; exit 5; }}; h={h}; echo {mark}; echo \"$h\"; \
-         if [ -z \"$h\" ]; then rm -f \"$t\"; exit {UPLOAD_HASH_FAILED}; fi; \
-         if [ \"$h\" = {expected} ]; then f=\"$d\"/{name}; \
-         if [ -d \"$f\" ] || [ -L \"$f\" ]; then rm -rf \"$f\"; fi; \
-         chmod 700 \"$t\" && mv -f \"$t\" \"$f\" || {{ rm -f \"$t\"; exit 6; }}; \
-         else rm -f \"$t\"; exit 3; fi",
-        tmp = sh_quote(&tmp),
-        h = hash_of("$t"),
-        expected = sh_quote(&agent.sha256),
-        name = sh_quote(&agent.name),
-    );
-    let total = agent.bytes.len() as u64;
-    let mut on_progress = |sent: u64, total: u64| emit(DeployEvent::Uploading { sent, total });
-    let out = exec::run(
-        handle,
-        &sh_command(&upload),
-        Some(&agent.bytes),
-        &mut on_progress,
-    )
-    .await?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let got = after_sentinel(&stdout, &mark)
-        .and_then(|s| s.lines().next())
-        .unwrap_or_default()
-        .trim()
-        .to_string();
-    match out.status {
-        Some(0) => {}
-        Some(UPLOAD_HASH_FAILED) => {
-            return Err(Error::Deploy(format!(
-                "the host could not compute the sha256 of the uploaded agent (sha256sum and \
-                 shasum both failed{}); the file was removed and nothing was executed; check \
-                 that coreutils' sha256sum works on the host",
-                match out.stderr_text() {
-                    t if t.is_empty() => String::new(),
-                    t => format!(": {t}"),
-                }
-            )))
-        }
-        Some(3) => {
-            return Err(Error::Deploy(format!(
-                "uploaded agent has sha256 {got:?} on the host, expected {}; the transfer was \
-                 corrupted and the file was removed (nothing was executed)",
-                agent.sha256
-            )))
-        }
-        status => {
-            return Err(Error::Deploy(format!(
-                "installing the agent in ~/.relay/bin failed ({}): {}; check the disk space \
-                 and permissions of ~/.relay on the host (it must be a writable directory)",
-                exec::status_text(status),
-                out.stderr_text()
-            )))
-        }
-    }
-    emit(DeployEvent::Installed {
-        path: format!("~/{}", report.remote_path),
-    });
-    report.uploaded = true;
-    report.bytes = total;
-    Ok(())
-}
-
 /// The command that runs the deployed agent's bridge: verify the hash, print `sentinel` on its
 /// own line (so shell noise before it can be skipped), then `exec` the bridge (with
 /// `--no-start` unless `start_agent`).
-pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str, start_agent: bool) -> String {
+pub(crate) fn bridge_command(agent: &Installed, sentinel: &str, start_agent: bool) -> String {
     // Size first: a huge or non-regular file at the name is refused without hashing it. A file
     // with the right content but no execute bit gets it back.
     let script = format!(
@@ -479,10 +438,10 @@ pub(crate) fn bridge_command(deployed: &Deployed, sentinel: &str, start_agent: b
          echo \"relay: $f does not have the expected sha256; refusing to run it\" >&2; \
          exit {BRIDGE_HASH_MISMATCH}; fi; [ -x \"$f\" ] || chmod 700 \"$f\" || exit 96; \
          echo {sentinel}; exec \"$f\" bridge{flag}",
-        name = sh_quote(&deployed.agent.name),
-        size = deployed.agent.bytes.len(),
+        name = sh_quote(&agent.name),
+        size = agent.size,
         h = hash_of("$f"),
-        expected = sh_quote(&deployed.agent.sha256),
+        expected = sh_quote(&agent.sha256),
         flag = if start_agent {
             String::new()
         } else {
@@ -518,10 +477,16 @@ mod tests {
     #[test]
     fn probe_output_is_parsed_and_a_missing_hash_tool_refused() {
         let probe = parse_probe(
-            "Linux x86_64\nhash-tool=sha256sum\nlibc=glibc 2.31\ninstall-mount=/home rw,noexec\n\
-             /home/u/.relay/bin/relay-agent-1-x\n\n",
+            "Linux x86_64\nhash-tool=sha256sum\nunpack=gzip\nlibc=glibc 2.31\n\
+             install-mount=/home rw,noexec\n/home/u/.relay/bin/relay-agent-1-x\n\n",
         )
         .unwrap();
+        assert!(probe.gzip);
+        assert!(
+            !parse_probe("Linux x86_64\nhash-tool=sha256sum\n")
+                .unwrap()
+                .gzip
+        );
         assert_eq!(probe.target, "x86_64-unknown-linux-gnu");
         assert_eq!(probe.installed, vec!["/home/u/.relay/bin/relay-agent-1-x"]);
         assert_eq!(

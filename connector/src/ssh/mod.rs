@@ -8,7 +8,8 @@
 //! - [`known_hosts`]: strict host key checking, `accept-new`.
 //! - [`auth`]: ssh-agent, identity files, passphrase callback.
 //! - `connect`: TCP / `ProxyCommand` / `ProxyJump`, key exchange, authentication.
-//! - [`deploy`]: platform probe, agent upload with hash verification, the bridge command.
+//! - [`deploy`]: platform probe, agent check, the bridge command.
+//! - `upload`: the agent upload (gzip when the host has it) with hash verification.
 //! - `agent_source`: which local agent binary a host's platform gets ([`AgentSource`]).
 //! - [`host_check`]: can the host run it (glibc version, musl, `noexec`), before any upload.
 //! - `bridge`: the bridge's exec channel as a byte reader (skips shell noise, logs stderr).
@@ -35,6 +36,7 @@ mod handler;
 pub mod host_check;
 pub mod known_hosts;
 pub mod transport;
+mod upload;
 
 pub use auth::{AuthOptions, PassphraseCallback};
 pub use config::{HostConfig, ResolveOptions, StrictHostKeyChecking};
