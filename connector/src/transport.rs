@@ -7,7 +7,8 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::Error;
 
@@ -123,6 +124,28 @@ pub trait Transport: Send + Sync + 'static {
     /// [`Error`] describing why the agent could not be reached; see [`Error::is_transient`].
     fn open(&self, options: OpenOptions) -> OpenFuture<'_>;
 
+    /// Opens a stream as [`Transport::open`] does, with `first` (the session's hello frame)
+    /// written to it before anything else. The default opens, then writes. A transport whose
+    /// far end accepts input before it reports ready overrides it to send `first` at once:
+    /// over SSH the hello then travels right behind the bridge command instead of a round trip
+    /// later. A failed write is no error here: the bridge has ended, and reading says why.
+    ///
+    /// # Errors
+    /// As [`Transport::open`].
+    fn open_and_send(&self, options: OpenOptions, first: Bytes) -> OpenFuture<'_> {
+        Box::pin(async move {
+            let mut stream = self.open(options).await?;
+            let written = match stream.writer.write_all(&first).await {
+                Ok(()) => stream.writer.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = written {
+                tracing::debug!(error = %e, "writing the hello failed; the read side says why");
+            }
+            Ok(stream)
+        })
+    }
+
     /// Human-readable name of the destination, for messages (`"local"`, `"relay@db1:22"`).
     fn describe(&self) -> String;
 }
@@ -131,6 +154,10 @@ pub trait Transport: Send + Sync + 'static {
 impl<T: Transport + ?Sized> Transport for Box<T> {
     fn open(&self, options: OpenOptions) -> OpenFuture<'_> {
         (**self).open(options)
+    }
+
+    fn open_and_send(&self, options: OpenOptions, first: Bytes) -> OpenFuture<'_> {
+        (**self).open_and_send(options, first)
     }
 
     fn describe(&self) -> String {

@@ -1,4 +1,6 @@
-//! The first exchange of a connection: send [`Hello`], expect [`Welcome`] (rule H).
+//! The first exchange of a connection: send [`Hello`], expect [`Welcome`] (rule H). The hello
+//! goes out with the stream's opening ([`Transport::open_and_send`]: over SSH in the same round
+//! trip as the bridge command), then [`run`] waits for the welcome.
 //!
 //! The agent stream may run over an SSH exec channel, where a shell startup file that prints text
 //! (a banner, `echo` in `.bashrc`) corrupts the first bytes. Such bytes are reported as a
@@ -12,16 +14,18 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 use relay_protocol::bridge::{EXIT_NO_AGENT, EXIT_USAGE, NO_START_FLAG};
 use relay_protocol::frame::FrameError;
 use relay_protocol::{
     ErrorReply, Hello, Message, Request, Response, Welcome, MAGIC, PROTOCOL_MAJOR, PROTOCOL_MINOR,
 };
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::{Encoder, FramedRead};
 
-use crate::transport::{BoxReader, BoxWriter, BridgeEnd, StreamGuard};
+#[cfg(doc)]
+use crate::transport::Transport;
+use crate::transport::{BoxReader, BridgeEnd, StreamGuard};
 use crate::Error;
 use relay_protocol::FrameCodec;
 
@@ -34,8 +38,28 @@ const HELLO_ID: u64 = 1;
 const HINT: &str = "check your shell startup output (files like ~/.bashrc must not print anything \
                     for non-interactive shells)";
 
-/// Sends the hello and waits for the welcome. `guard` is the stream's guard, asked for the
-/// bridge's stderr when the stream ends before the welcome.
+/// The hello of `client_id` as a frame (length prefix and message), the first bytes of every
+/// stream.
+///
+/// # Errors
+/// [`Error::Config`] when the hello does not fit in a frame (a client id of about 1 MiB).
+pub(crate) fn hello_frame(client_id: &str) -> Result<Bytes, Error> {
+    let hello = Hello::new(client_id, env!("CARGO_PKG_VERSION"));
+    let message = Bytes::from(Message::Request(HELLO_ID, Request::Hello(hello)).to_bytes());
+    let mut frame = BytesMut::new();
+    FrameCodec::new(relay_protocol::frame::DEFAULT_MAX_FRAME)
+        .encode(message, &mut frame)
+        .map_err(|e| {
+            Error::Config(format!(
+                "the client id ({} bytes) does not fit in a hello: {e}; use a short id",
+                client_id.len()
+            ))
+        })?;
+    Ok(frame.freeze())
+}
+
+/// Waits for the welcome to the hello ([`hello_frame`]) the transport sent. `guard` is the
+/// stream's guard, asked for the bridge's stderr when the stream ends before the welcome.
 ///
 /// # Errors
 /// [`Error::Handshake`] for anything that is not a relay welcome (with a hint when it looks like
@@ -45,16 +69,10 @@ const HINT: &str = "check your shell startup output (files like ~/.bashrc must n
 /// [`HANDSHAKE_TIMEOUT`], [`Error::Incompatible`] for another protocol major version.
 pub(crate) async fn run(
     reader: &mut FramedRead<BoxReader, FrameCodec>,
-    writer: &mut FramedWrite<BoxWriter, FrameCodec>,
     guard: &mut dyn StreamGuard,
-    client_id: &str,
     destination: &str,
     start_agent: bool,
 ) -> Result<Welcome, Error> {
-    let hello = Hello::new(client_id, env!("CARGO_PKG_VERSION"));
-    let bytes = Bytes::from(Message::Request(HELLO_ID, Request::Hello(hello)).to_bytes());
-    // A failed write usually means the bridge already exited; its reason is on the read side.
-    let sent = writer.send(bytes).await;
     let first = match tokio::time::timeout(HANDSHAKE_TIMEOUT, reader.next()).await {
         Err(_) => {
             return Err(Error::HandshakeTimeout(format!(
@@ -72,7 +90,7 @@ pub(crate) async fn run(
     let result = match first {
         None => {
             let said = guard.failure().await;
-            Err(closed_early(destination, sent.err(), said))
+            Err(closed_early(destination, said))
         }
         // The transport's own account of how its bridge ended (SSH: exit status and stderr).
         Some(Err(FrameError::Io(io)))
@@ -129,14 +147,11 @@ fn exit_error(code: Option<i32>, destination: &str, start_agent: bool) -> Option
 }
 
 /// The stream ended before the welcome; `exit` is how the bridge ended, when the transport knows.
-fn closed_early(destination: &str, write: Option<FrameError>, exit: Option<String>) -> Error {
-    let write = write.map(|e| format!(" (write: {e})")).unwrap_or_default();
+fn closed_early(destination: &str, exit: Option<String>) -> Error {
     Error::BridgeExited(match exit {
-        Some(exit) => {
-            format!("the agent bridge on {destination} exited before answering{write}{exit}")
-        }
+        Some(exit) => format!("the agent bridge on {destination} exited before answering{exit}"),
         None => format!(
-            "the agent bridge on {destination} closed the stream before answering{write}; see \
+            "the agent bridge on {destination} closed the stream before answering; see \
              its stderr and the agent log ($RELAY_HOME/log/agent.log on the agent's host)"
         ),
     })
@@ -289,12 +304,8 @@ mod tests {
 
     async fn handshake_with(end: BridgeEnd) -> Error {
         let reader: BoxReader = Box::pin(Ended(Some(end)));
-        let writer: BoxWriter = Box::pin(tokio::io::sink());
         let mut reader = FramedRead::new(reader, FrameCodec::new(1 << 20));
-        let mut writer = FramedWrite::new(writer, FrameCodec::new(1 << 20));
-        run(&mut reader, &mut writer, &mut (), "test", "db1", true)
-            .await
-            .unwrap_err()
+        run(&mut reader, &mut (), "db1", true).await.unwrap_err()
     }
 
     #[tokio::test]

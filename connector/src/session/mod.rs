@@ -134,7 +134,7 @@ impl Session {
     /// daemon runs and `options.start_agent` is off; [`Error::Handshake`] when the
     /// first reply is not a relay welcome; [`Error::Incompatible`] when the agent speaks another
     /// protocol major version; [`Error::Policy`] when the agent refuses the stated policy (the
-    /// connection is closed).
+    /// connection is closed); [`Error::Config`] for a client id too long for a hello (~1 MiB).
     pub async fn connect_with(
         transport: &dyn Transport,
         options: &ConnectOptions,
@@ -146,23 +146,23 @@ impl Session {
             writer,
             mut guard,
         } = transport
-            .open(OpenOptions {
-                start_agent: options.start_agent,
-            })
+            .open_and_send(
+                OpenOptions {
+                    start_agent: options.start_agent,
+                },
+                handshake::hello_frame(client_id)?,
+            )
             .await?;
         let mut reader = FramedRead::new(reader, FrameCodec::new(DEFAULT_MAX_FRAME));
-        let mut writer = FramedWrite::new(writer, FrameCodec::new(DEFAULT_MAX_FRAME));
         let welcome = handshake::run(
             &mut reader,
-            &mut writer,
             guard.as_mut(),
-            client_id,
             &destination,
             options.start_agent,
         )
         .await?;
         let max_frame = welcome.limits.max_frame.min(DEFAULT_MAX_FRAME);
-        let writer = FramedWrite::new(writer.into_inner(), FrameCodec::new(max_frame));
+        let writer = FramedWrite::new(writer, FrameCodec::new(max_frame));
         tracing::debug!(
             %destination,
             agent_version = %welcome.agent_version,

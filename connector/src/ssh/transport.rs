@@ -3,13 +3,24 @@
 //! `~/.relay/bin/relay-agent-<version>-<hash> bridge`; every workspace and pane of the host then
 //! goes through that channel (the session layer multiplexes them).
 //!
+//! A transport remembers the agent its last connect ran (name, size, sha256) once the agent
+//! welcomed it: a reconnect skips the probe and runs the bridge command at once, which still
+//! checks the file's size and sha256 before running it. A missing or changed file, a local
+//! agent binary that changed since (a newer build is deployed), or any failure of the fast
+//! path other than the network's sends the connect (or the next one) through the probe and,
+//! if needed, the upload. The session's hello is written right behind the bridge command
+//! ([`Transport::open_and_send`]), so after the SSH handshake a reconnect costs two round trips
+//! (channel open; bridge command with hello → welcome), as `ssh host true` does.
+//!
 //! The returned reader must be read continuously (the connector's session reader task does):
 //! an unread channel stalls the whole SSH connection. Dropping the [`AgentStream`]'s guard closes
 //! the channel and disconnects; it never touches the agent daemon, whose PTYs keep running.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use russh::client::Msg;
 use russh::ChannelWriteHalf;
 
@@ -17,7 +28,7 @@ use super::auth::AuthOptions;
 use super::bridge::BridgeReader;
 use super::config::{self, HostConfig, ResolveOptions};
 use super::connect::{self, ConnectContext, Connection};
-use super::deploy::{self, AgentSource, DeployReport, ProgressCallback};
+use super::deploy::{self, AgentSource, DeployEvent, DeployReport, Installed, ProgressCallback};
 use super::handler::russh_error;
 use super::known_hosts::{HostKeyPolicy, HostKeyPrompt};
 use crate::transport::{
@@ -68,6 +79,34 @@ impl std::fmt::Debug for SshOptions {
 pub struct SshTransport {
     opts: SshOptions,
     last_deploy: Mutex<Option<DeployReport>>,
+    /// The agent the last connect ran, once it welcomed us: the next connect runs it without
+    /// a probe.
+    known: Arc<Mutex<Option<Known>>>,
+}
+
+/// What a transport remembers of the agent its last connect ran.
+#[derive(Clone)]
+struct Known {
+    agent: Installed,
+    report: DeployReport,
+    /// Size and modification time of each local candidate binary for the host's target at
+    /// that connect: when one changed, the next connect probes (and deploys a newer build).
+    local: Vec<(PathBuf, Option<(u64, SystemTime)>)>,
+}
+
+/// Size and modification time of each local agent binary `source` offers for `target`.
+fn local_stamps(source: &AgentSource, target: &str) -> Vec<(PathBuf, Option<(u64, SystemTime)>)> {
+    source
+        .candidates(target)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|path| {
+            let stamp = std::fs::metadata(&path)
+                .ok()
+                .and_then(|m| Some((m.len(), m.modified().ok()?)));
+            (path, stamp)
+        })
+        .collect()
 }
 
 /// Keeps the SSH connection alive while the stream is used; closes the bridge channel and
@@ -77,6 +116,8 @@ struct SshGuard {
     write: Option<ChannelWriteHalf<Msg>>,
     /// The bridge command's exit status, once the reader has seen it.
     exit: Arc<OnceLock<u32>>,
+    /// Stored in the transport once the agent welcomed us.
+    remember: Option<(Arc<Mutex<Option<Known>>>, Known)>,
 }
 
 impl Drop for SshGuard {
@@ -104,6 +145,13 @@ impl StreamGuard for SshGuard {
         let code = self.exit.get().map(|c| *c as i32);
         Box::pin(async move { code })
     }
+
+    /// The agent answered: the next connect may run it without a probe.
+    fn ready(&mut self) {
+        if let Some((cell, known)) = self.remember.take() {
+            *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some(known);
+        }
+    }
 }
 
 /// How long closing the bridge channel and disconnecting may take before they are abandoned.
@@ -116,6 +164,7 @@ impl SshTransport {
         SshTransport {
             opts,
             last_deploy: Mutex::new(None),
+            known: Arc::default(),
         }
     }
 
@@ -136,7 +185,9 @@ impl SshTransport {
     }
 
     /// Connects, deploys and opens the bridge channel (which starts the daemon unless
-    /// `options.start_agent` is off); returns the stream and the deploy report.
+    /// `options.start_agent` is off); returns the stream and the deploy report. On a reconnect
+    /// without a probe (see the module documentation) the report is the earlier one's, with
+    /// `uploaded` off and `elapsed` zero.
     ///
     /// # Errors
     /// [`Error::HostKey`], [`Error::HostKeyChanged`], [`Error::Auth`] and [`Error::Config`] (a
@@ -146,6 +197,16 @@ impl SshTransport {
         &self,
         options: OpenOptions,
     ) -> Result<(AgentStream, DeployReport), Error> {
+        self.open_sending(options, Bytes::new()).await
+    }
+
+    /// [`SshTransport::open_with_report`], with `first` written to the bridge right behind its
+    /// command.
+    async fn open_sending(
+        &self,
+        options: OpenOptions,
+        first: Bytes,
+    ) -> Result<(AgentStream, DeployReport), Error> {
         let cfg = self.resolve().await?;
         let ctx = ConnectContext {
             config_file: self.opts.resolve.config_file.clone(),
@@ -154,14 +215,16 @@ impl SshTransport {
             connect_timeout: self.opts.connect_timeout,
         };
         let conn = connect::connect(&cfg, &ctx, &self.opts.auth, 0).await?;
-        match self.start_bridge(&cfg, &conn, options).await {
-            Ok((reader, write, report)) => {
+        match self.start_bridge(&cfg, &conn, options, &first).await {
+            Ok((reader, write, known)) => {
+                let report = known.report.clone();
                 *self.last_deploy.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
                 let writer = Box::pin(write.make_writer());
                 let guard = SshGuard {
                     conn: Some(Arc::new(conn)),
                     write: Some(write),
                     exit: reader.exit_cell(),
+                    remember: Some((self.known.clone(), known)),
                 };
                 Ok((
                     AgentStream {
@@ -179,13 +242,52 @@ impl SshTransport {
         }
     }
 
+    /// Starts the bridge: at once with the agent the last connect ran, else after the probe
+    /// and deploy ([`deploy::ensure_agent`]); returns what the guard remembers on success.
     async fn start_bridge(
         &self,
         cfg: &HostConfig,
         conn: &Connection,
         options: OpenOptions,
-    ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>, DeployReport), Error> {
+        first: &Bytes,
+    ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>, Known), Error> {
         let progress = self.opts.progress.as_ref();
+        // Taken: only a connect the agent welcomes remembers it again (`SshGuard::ready`).
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let known = known.filter(|k| k.local == local_stamps(&self.opts.agent, &k.report.target));
+        if let Some(known) = known {
+            match self
+                .run_bridge(cfg, conn, &known.agent, options, first)
+                .await
+            {
+                Ok((reader, write)) => {
+                    if let Some(cb) = progress {
+                        cb(&DeployEvent::AlreadyPresent {
+                            path: format!("~/{}", known.report.remote_path),
+                        });
+                    }
+                    let mut known = known;
+                    known.report = DeployReport {
+                        uploaded: false,
+                        replaced_corrupt: false,
+                        bytes: 0,
+                        elapsed: Duration::ZERO,
+                        ..known.report
+                    };
+                    return Ok((reader, write, known));
+                }
+                Err(BridgeFailure::HashMismatch(e)) => tracing::info!(
+                    error = %e,
+                    "the agent installed earlier is not there as it was; deploying again"
+                ),
+                // The network failing says nothing about the agent.
+                Err(BridgeFailure::Other(e @ Error::Ssh(_))) => {
+                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(known);
+                    return Err(e);
+                }
+                Err(BridgeFailure::Other(e)) => return Err(e),
+            }
+        }
         let mut deployed = deploy::ensure_agent(
             &conn.handle,
             &self.opts.agent,
@@ -193,26 +295,37 @@ impl SshTransport {
             options.start_agent,
         )
         .await?;
-        match self.run_bridge(cfg, conn, &deployed, options).await {
+        let agent = deployed.installed();
+        let started = match self.run_bridge(cfg, conn, &agent, options, first).await {
             Err(BridgeFailure::HashMismatch(_)) if !deployed.report.uploaded => {
                 deployed.replace_corrupt(&conn.handle, progress).await?;
+                self.run_bridge(cfg, conn, &agent, options, first).await
             }
-            Err(BridgeFailure::HashMismatch(e) | BridgeFailure::Other(e)) => return Err(e),
-            Ok((reader, write)) => return Ok((reader, write, deployed.report)),
-        }
-        match self.run_bridge(cfg, conn, &deployed, options).await {
-            Ok((reader, write)) => Ok((reader, write, deployed.report)),
+            other => other,
+        };
+        match started {
+            Ok((reader, write)) => {
+                let local = local_stamps(&self.opts.agent, &deployed.report.target);
+                let known = Known {
+                    agent,
+                    report: deployed.report,
+                    local,
+                };
+                Ok((reader, write, known))
+            }
             Err(BridgeFailure::HashMismatch(e) | BridgeFailure::Other(e)) => Err(e),
         }
     }
 
-    /// Runs the bridge command on a new exec channel and waits for its sentinel.
+    /// Runs the bridge command on a new exec channel, writes `first` right behind it (the
+    /// bridge reads it once it runs) and waits for its sentinel.
     async fn run_bridge(
         &self,
         cfg: &HostConfig,
         conn: &Connection,
-        deployed: &deploy::Deployed,
+        agent: &Installed,
         options: OpenOptions,
+        first: &Bytes,
     ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>), BridgeFailure> {
         let channel = conn
             .handle
@@ -224,10 +337,19 @@ impl SshTransport {
         write
             .exec(
                 true,
-                deploy::bridge_command(deployed, &sentinel, options.start_agent),
+                deploy::bridge_command(agent, &sentinel, options.start_agent),
             )
             .await
             .map_err(|e| russh_error("starting the agent bridge", e))?;
+        if !first.is_empty() {
+            // The bridge command's checks read the file, not stdin, so the bridge is the first
+            // reader (unless a login shell's startup file reads stdin: then the handshake
+            // fails with the hint about startup files). A failed write is no error here: the
+            // channel has ended, and reading it says why.
+            if let Err(e) = write.data(&first[..]).await {
+                tracing::debug!(error = %e, "sending the hello to the agent bridge failed");
+            }
+        }
         let mut reader = BridgeReader::new(read, conn.lost.clone());
         let timeout = self
             .opts
@@ -272,8 +394,13 @@ impl From<Error> for BridgeFailure {
 
 impl Transport for SshTransport {
     fn open(&self, options: OpenOptions) -> OpenFuture<'_> {
+        self.open_and_send(options, Bytes::new())
+    }
+
+    /// Writes `first` right behind the bridge command, before the bridge said it is ready.
+    fn open_and_send(&self, options: OpenOptions, first: Bytes) -> OpenFuture<'_> {
         Box::pin(async move {
-            self.open_with_report(options)
+            self.open_sending(options, first)
                 .await
                 .map(|(stream, _)| stream)
         })
