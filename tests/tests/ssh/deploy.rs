@@ -2,6 +2,7 @@
 //! noisy login shells are tolerated, and a running older daemon is never replaced (rule H).
 
 use super::*;
+use relay_connector::ConnectOptions;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fresh_host_gets_the_agent_deployed_once() {
@@ -224,4 +225,158 @@ async fn older_daemon_keeps_its_ptys_when_a_newer_connector_connects() {
         .unwrap();
     assert_eq!(now.out(), daemon_pid, "the daemon was restarted");
     host.exec_ok(&format!("kill -0 {pid}")).await.unwrap();
+}
+
+/// Records the kind of every deploy event (one `uploading` per upload run, which starts at
+/// `sent: 0`).
+fn recording(opts: &mut SshOptions) -> Arc<std::sync::Mutex<Vec<&'static str>>> {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = seen.clone();
+    opts.progress = Some(Arc::new(move |ev: &DeployEvent| {
+        let kind = match ev {
+            DeployEvent::Probed { .. } => "probed",
+            DeployEvent::AlreadyPresent { .. } => "present",
+            DeployEvent::Uploading { sent: 0, .. } => "uploading",
+            DeployEvent::Uploading { .. } => return,
+            DeployEvent::Installed { .. } => "installed",
+        };
+        into.lock().unwrap().push(kind);
+    }));
+    seen
+}
+
+/// The `total` of each upload run `progress` reported.
+fn upload_totals(opts: &mut SshOptions) -> Arc<std::sync::Mutex<Vec<u64>>> {
+    let totals = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = totals.clone();
+    opts.progress = Some(Arc::new(move |ev: &DeployEvent| {
+        if let DeployEvent::Uploading { sent: 0, total } = ev {
+            into.lock().unwrap().push(*total);
+        }
+    }));
+    totals
+}
+
+/// Connects with `transport` and returns the deploy events of that connect.
+async fn connect_seeing(
+    transport: &SshTransport,
+    seen: &std::sync::Mutex<Vec<&'static str>>,
+) -> (Session, Vec<&'static str>) {
+    seen.lock().unwrap().clear();
+    let session = Session::connect(transport, "ssh-tests").await.unwrap();
+    session.list_leases().await.unwrap();
+    let events = std::mem::take(&mut *seen.lock().unwrap());
+    (session, events)
+}
+
+/// A transport probes and uploads once (gzip-compressed: the fixture has gzip); its reconnects
+/// run the bridge straight away, and a file that went missing or was corrupted meanwhile is
+/// probed for and deployed again, never executed unverified.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_transport_reconnects_without_probing_and_redeploys_what_went_missing() {
+    let host = SshHost::start().await.unwrap();
+    host.write_known_hosts().unwrap();
+    let mut opts = options(&host);
+    let seen = recording(&mut opts);
+    let transport = SshTransport::new(opts);
+
+    let (session, events) = connect_seeing(&transport, &seen).await;
+    assert_eq!(events, ["probed", "uploading", "installed"]);
+    let report = transport.last_deploy().unwrap();
+    let size = std::fs::metadata(agent_bin()).unwrap().len();
+    assert!(
+        report.uploaded && report.bytes * 2 < size,
+        "sent {} bytes of a {size}-byte agent: not compressed ({report:?})",
+        report.bytes
+    );
+    let name = report.remote_path.replace(".relay/bin/", "");
+    assert_eq!(remote_bin(&host).await, vec![(name, report.sha256.clone())]);
+    drop(session);
+
+    let (session, events) = connect_seeing(&transport, &seen).await;
+    assert_eq!(events, ["present"], "a reconnect probed or uploaded");
+    let again = transport.last_deploy().unwrap();
+    assert!(!again.uploaded && again.remote_path == report.remote_path);
+    drop(session);
+    stop_agent(&host).await;
+
+    // Corrupted behind the transport's back, at the same size (a script over the start of a
+    // copy, so only the hash tells): found by the bridge's check, replaced.
+    host.exec_ok(&format!(
+        "f=~/{0}; cp $f $f.c && rm -f $f && printf '#!/bin/sh\\ntouch /tmp/corrupt-ran\\nexit 0\\n' \
+         | dd of=$f.c conv=notrunc 2>/dev/null && chmod 700 $f.c && mv $f.c $f \
+         && [ $(wc -c < $f) -eq {size} ]",
+        report.remote_path
+    ))
+    .await
+    .unwrap();
+    let (session, events) = connect_seeing(&transport, &seen).await;
+    assert_eq!(events, ["probed", "present", "uploading", "installed"]);
+    assert!(transport.last_deploy().unwrap().replaced_corrupt);
+    let ran = host.exec("test -e /tmp/corrupt-ran").await.unwrap();
+    assert_ne!(ran.code, 0, "the corrupt binary was executed");
+    let name = report.remote_path.replace(".relay/bin/", "");
+    assert_eq!(remote_bin(&host).await, vec![(name, report.sha256.clone())]);
+    drop(session);
+    stop_agent(&host).await;
+
+    // Connect-only (`--no-start`) with no daemon: nothing started, nothing uploaded.
+    let connect_only = ConnectOptions {
+        start_agent: false,
+        ..ConnectOptions::new("ssh-tests")
+    };
+    let Err(err) = Session::connect_with(&transport, &connect_only).await else {
+        panic!("a connect-only open found a daemon");
+    };
+    assert!(matches!(err, Error::NoAgent(_)), "{err:?}");
+    assert_eq!(count_procs(&host, "[r]elay-agent-").await, 0);
+
+    // Removed: probed for and uploaded again.
+    host.exec_ok("rm -rf ~/.relay/bin").await.unwrap();
+    let (_session, events) = connect_seeing(&transport, &seen).await;
+    assert_eq!(events, ["probed", "uploading", "installed"]);
+    assert_eq!(remote_bin(&host).await.len(), 1);
+}
+
+/// Without `gzip` on the host the plain binary is sent; with a `gzip` that fails, the plain
+/// binary is sent after it. Either way the installed file is the verified agent.
+#[tokio::test(flavor = "multi_thread")]
+async fn hosts_without_a_working_gzip_get_the_plain_binary() {
+    let size = std::fs::metadata(agent_bin()).unwrap().len();
+    let sha = local_sha256(agent_bin());
+    let broken = r"#!/bin/sh\necho gzip is out of order >&2\nexit 1\n";
+    let setups = [
+        ("no gzip", "mv /usr/bin/gzip /usr/bin/gzip.off".to_string()),
+        (
+            "a failing gzip",
+            format!("mv /usr/bin/gzip /usr/bin/gzip.off && printf '{broken}' > /usr/bin/gzip && chmod 755 /usr/bin/gzip"),
+        ),
+    ];
+    for (what, setup) in setups {
+        let host = SshHost::start().await.unwrap();
+        let done = host.exec_as("root", &setup).await.unwrap();
+        assert_eq!(done.code, 0, "{what}: {done:?}");
+        host.write_known_hosts().unwrap();
+        let mut opts = options(&host);
+        let totals = upload_totals(&mut opts);
+        let transport = SshTransport::new(opts);
+        let session = Session::connect(&transport, "ssh-tests")
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        session.list_leases().await.unwrap();
+        let report = transport.last_deploy().unwrap();
+        assert!(report.uploaded, "{what}: {report:?}");
+        assert_eq!(report.bytes, size, "{what}: not the plain binary");
+        let totals = totals.lock().unwrap().clone();
+        match what {
+            "no gzip" => assert_eq!(totals, [size], "{what}: one plain upload"),
+            _ => assert!(
+                totals.len() == 2 && totals[0] * 2 < size && totals[1] == size,
+                "{what}: a compressed upload, then the plain one: {totals:?}"
+            ),
+        }
+        let files = remote_bin(&host).await;
+        assert_eq!(files.len(), 1, "{what}: {files:?}");
+        assert_eq!(files[0].1, sha, "{what}");
+    }
 }
