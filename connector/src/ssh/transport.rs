@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use russh::client::Msg;
-use russh::ChannelWriteHalf;
+use russh::{Channel, ChannelWriteHalf};
 
 use super::auth::AuthOptions;
 use super::bridge::BridgeReader;
@@ -257,7 +257,7 @@ impl SshTransport {
         let known = known.filter(|k| k.local == local_stamps(&self.opts.agent, &k.report.target));
         if let Some(known) = known {
             match self
-                .run_bridge(cfg, conn, &known.agent, options, first)
+                .run_bridge(cfg, conn, &known.agent, options, first, None)
                 .await
             {
                 Ok((reader, write)) => {
@@ -288,18 +288,35 @@ impl SshTransport {
                 Err(BridgeFailure::Other(e)) => return Err(e),
             }
         }
-        let mut deployed = deploy::ensure_agent(
-            &conn.handle,
-            &self.opts.agent,
-            progress,
-            options.start_agent,
-        )
-        .await?;
+        // The bridge's channel opens while the probe (and upload) run: one round trip less.
+        let (deployed, opened) = tokio::join!(
+            deploy::ensure_agent(
+                &conn.handle,
+                &self.opts.agent,
+                progress,
+                options.start_agent,
+            ),
+            open_channel(conn)
+        );
+        let mut deployed = match deployed {
+            Ok(deployed) => deployed,
+            Err(e) => {
+                if let Ok(channel) = opened {
+                    let _ = channel.close().await;
+                }
+                return Err(e);
+            }
+        };
+        let opened = opened?;
         let agent = deployed.installed();
-        let started = match self.run_bridge(cfg, conn, &agent, options, first).await {
+        let started = match self
+            .run_bridge(cfg, conn, &agent, options, first, Some(opened))
+            .await
+        {
             Err(BridgeFailure::HashMismatch(_)) if !deployed.report.uploaded => {
                 deployed.replace_corrupt(&conn.handle, progress).await?;
-                self.run_bridge(cfg, conn, &agent, options, first).await
+                self.run_bridge(cfg, conn, &agent, options, first, None)
+                    .await
             }
             other => other,
         };
@@ -317,8 +334,8 @@ impl SshTransport {
         }
     }
 
-    /// Runs the bridge command on a new exec channel, writes `first` right behind it (the
-    /// bridge reads it once it runs) and waits for its sentinel.
+    /// Runs the bridge command on `opened` (else a new session channel), writes `first` right
+    /// behind it (the bridge reads it once it runs) and waits for its sentinel.
     async fn run_bridge(
         &self,
         cfg: &HostConfig,
@@ -326,12 +343,12 @@ impl SshTransport {
         agent: &Installed,
         options: OpenOptions,
         first: &Bytes,
+        opened: Option<Channel<Msg>>,
     ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>), BridgeFailure> {
-        let channel = conn
-            .handle
-            .channel_open_session()
-            .await
-            .map_err(|e| russh_error("opening the agent channel", e))?;
+        let channel = match opened {
+            Some(channel) => channel,
+            None => open_channel(conn).await?,
+        };
         let sentinel = deploy::new_sentinel();
         let (read, write) = channel.split();
         write
@@ -376,6 +393,17 @@ impl SshTransport {
             }
         }
     }
+}
+
+/// Opens the session channel the bridge command will run on.
+///
+/// # Errors
+/// [`Error::Ssh`] when the host refuses it or the connection fails.
+async fn open_channel(conn: &Connection) -> Result<Channel<Msg>, Error> {
+    conn.handle
+        .channel_open_session()
+        .await
+        .map_err(|e| russh_error("opening the agent channel", e))
 }
 
 /// Why the bridge command did not start.
