@@ -5,8 +5,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use russh::client::Handle;
-use russh::ChannelMsg;
+use russh::client::{Handle, Msg};
+use russh::{Channel, ChannelMsg};
 
 use super::handler::{russh_error, ClientHandler};
 use crate::Error;
@@ -67,10 +67,30 @@ pub(crate) async fn run(
     stdin: Option<&[u8]>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<ExecOutput, Error> {
-    let channel = handle
+    run_on(open(handle).await?, command, stdin, progress).await
+}
+
+/// Opens a session channel for [`run_on`] (so that it can open while the input is prepared).
+///
+/// # Errors
+/// [`Error::Ssh`] when the host refuses it or the connection fails.
+pub(crate) async fn open(handle: &Handle<ClientHandler>) -> Result<Channel<Msg>, Error> {
+    handle
         .channel_open_session()
         .await
-        .map_err(|e| russh_error("opening an exec channel", e))?;
+        .map_err(|e| russh_error("opening an exec channel", e))
+}
+
+/// [`run`] on a channel [`open`]ed before.
+///
+/// # Errors
+/// As [`run`].
+pub(crate) async fn run_on(
+    channel: Channel<Msg>,
+    command: &str,
+    stdin: Option<&[u8]>,
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<ExecOutput, Error> {
     let (mut read, write) = channel.split();
     write
         .exec(true, command)

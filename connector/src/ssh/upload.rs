@@ -15,7 +15,8 @@ use std::io::Write;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use rand::Rng;
-use russh::client::Handle;
+use russh::client::{Handle, Msg};
+use russh::Channel;
 
 use super::deploy::{sentinel, DeployEvent, DeployReport, LocalAgent, ProgressCallback};
 use super::exec::{self, after_sentinel, sh_command, sh_quote};
@@ -81,8 +82,10 @@ pub(crate) async fn install(
 ) -> Result<(), Error> {
     let mut sent = None;
     if packing == Packing::Gzip {
-        let packed = gzip(&agent.bytes).await?;
-        match upload(handle, agent, &packed, Packing::Gzip, progress).await? {
+        // The channel opens while the binary is compressed.
+        let (packed, channel) = tokio::join!(gzip(&agent.bytes), exec::open(handle));
+        let (packed, channel) = (packed?, channel?);
+        match upload(channel, agent, &packed, Packing::Gzip, progress).await? {
             Uploaded::Sent(bytes) => sent = Some(bytes),
             Uploaded::GzipBroken(stderr) => tracing::warn!(
                 %stderr,
@@ -92,7 +95,15 @@ pub(crate) async fn install(
     }
     let sent = match sent {
         Some(bytes) => bytes,
-        None => match upload(handle, agent, &agent.bytes, Packing::Plain, progress).await? {
+        None => match upload(
+            exec::open(handle).await?,
+            agent,
+            &agent.bytes,
+            Packing::Plain,
+            progress,
+        )
+        .await?
+        {
             Uploaded::Sent(bytes) => bytes,
             Uploaded::GzipBroken(_) => unreachable!("a plain upload does not use gzip"),
         },
@@ -115,12 +126,12 @@ enum Uploaded {
     GzipBroken(String),
 }
 
-/// One upload of `data` (`agent`'s bytes packed as `packing`).
+/// One upload of `data` (`agent`'s bytes packed as `packing`) on `channel`.
 ///
 /// # Errors
 /// As [`install`].
 async fn upload(
-    handle: &Handle<ClientHandler>,
+    channel: Channel<Msg>,
     agent: &LocalAgent,
     data: &[u8],
     packing: Packing,
@@ -158,7 +169,7 @@ async fn upload(
             cb(&DeployEvent::Uploading { sent, total });
         }
     };
-    let out = exec::run(handle, &sh_command(&script), Some(data), &mut on_progress).await?;
+    let out = exec::run_on(channel, &sh_command(&script), Some(data), &mut on_progress).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let got = after_sentinel(&stdout, &mark)
         .and_then(|s| s.lines().next())
