@@ -23,7 +23,7 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
-use relay_connector::{PaneEvent, PaneHandle, Session, Transport};
+use relay_connector::{PaneEvent, PaneHandle, Session};
 use relay_protocol::{PaneKey, SpawnSpec};
 use relay_tests::TestHome;
 
