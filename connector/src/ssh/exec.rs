@@ -67,18 +67,28 @@ pub(crate) async fn run(
     stdin: Option<&[u8]>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<ExecOutput, Error> {
-    run_on(open(handle).await?, command, stdin, progress).await
+    run_on(
+        open(handle, "an exec channel").await?,
+        command,
+        stdin,
+        progress,
+    )
+    .await
 }
 
-/// Opens a session channel for [`run_on`] (so that it can open while the input is prepared).
+/// Opens a session channel for [`run_on`] or the bridge (so that it can open while something
+/// else is prepared); `what` names it in the error ("an exec channel").
 ///
 /// # Errors
 /// [`Error::Ssh`] when the host refuses it or the connection fails.
-pub(crate) async fn open(handle: &Handle<ClientHandler>) -> Result<Channel<Msg>, Error> {
+pub(crate) async fn open(
+    handle: &Handle<ClientHandler>,
+    what: &str,
+) -> Result<Channel<Msg>, Error> {
     handle
         .channel_open_session()
         .await
-        .map_err(|e| russh_error("opening an exec channel", e))
+        .map_err(|e| russh_error(&format!("opening {what}"), e))
 }
 
 /// [`run`] on a channel [`open`]ed before.

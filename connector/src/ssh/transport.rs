@@ -29,6 +29,7 @@ use super::bridge::BridgeReader;
 use super::config::{self, HostConfig, ResolveOptions};
 use super::connect::{self, ConnectContext, Connection};
 use super::deploy::{self, AgentSource, DeployEvent, DeployReport, Installed, ProgressCallback};
+use super::exec;
 use super::handler::russh_error;
 use super::known_hosts::{HostKeyPolicy, HostKeyPrompt};
 use crate::transport::{
@@ -400,10 +401,7 @@ impl SshTransport {
 /// # Errors
 /// [`Error::Ssh`] when the host refuses it or the connection fails.
 async fn open_channel(conn: &Connection) -> Result<Channel<Msg>, Error> {
-    conn.handle
-        .channel_open_session()
-        .await
-        .map_err(|e| russh_error("opening the agent channel", e))
+    exec::open(&conn.handle, "the agent channel").await
 }
 
 /// Why the bridge command did not start.

@@ -83,7 +83,8 @@ pub(crate) async fn install(
     let mut sent = None;
     if packing == Packing::Gzip {
         // The channel opens while the binary is compressed.
-        let (packed, channel) = tokio::join!(gzip(&agent.bytes), exec::open(handle));
+        let (packed, channel) =
+            tokio::join!(gzip(&agent.bytes), exec::open(handle, "an exec channel"));
         let (packed, channel) = (packed?, channel?);
         match upload(channel, agent, &packed, Packing::Gzip, progress).await? {
             Uploaded::Sent(bytes) => sent = Some(bytes),
@@ -96,7 +97,7 @@ pub(crate) async fn install(
     let sent = match sent {
         Some(bytes) => bytes,
         None => match upload(
-            exec::open(handle).await?,
+            exec::open(handle, "an exec channel").await?,
             agent,
             &agent.bytes,
             Packing::Plain,
