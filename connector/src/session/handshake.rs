@@ -1,6 +1,9 @@
 //! The first exchange of a connection: send [`Hello`], expect [`Welcome`] (rule H). The hello
 //! goes out with the stream's opening ([`Transport::open_and_send`]: over SSH in the same round
-//! trip as the bridge command), then [`run`] waits for the welcome.
+//! trip as the bridge command), then [`run`] waits for the welcome. The cleanup policy rides
+//! right behind the hello ([`opening`]), so stating it costs no round trip of its own: the agent
+//! handles a connection's requests in order, and one that does not know `SetPolicy` answers
+//! `Unsupported` and keeps the connection (rule H).
 //!
 //! The agent stream may run over an SSH exec channel, where a shell startup file that prints text
 //! (a banner, `echo` in `.bashrc`) corrupts the first bytes. Such bytes are reported as a
@@ -18,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use relay_protocol::bridge::{EXIT_NO_AGENT, EXIT_USAGE, NO_START_FLAG};
 use relay_protocol::frame::FrameError;
+use relay_protocol::message::SetPolicy;
 use relay_protocol::{
     ErrorReply, Hello, Message, Request, Response, Welcome, MAGIC, PROTOCOL_MAJOR, PROTOCOL_MINOR,
 };
@@ -35,30 +39,54 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Request id of the hello.
 const HELLO_ID: u64 = 1;
 
+/// Request id of the `SetPolicy` sent behind the hello ([`opening`]); request ids of the
+/// connection's other requests start after it.
+pub(crate) const POLICY_ID: u64 = 2;
+
 const HINT: &str = "check your shell startup output (files like ~/.bashrc must not print anything \
                     for non-interactive shells)";
 
-/// The hello of `client_id` as a frame (length prefix and message), the first bytes of every
-/// stream.
+/// The first bytes of every stream, as frames (length prefix and message): the hello of
+/// `client_id` (id 1) and, when `policy` is set, a `SetPolicy` stating it (id [`POLICY_ID`]).
 ///
 /// # Errors
-/// [`Error::Config`] when the hello does not fit in a frame (a client id of about 1 MiB).
-pub(crate) fn hello_frame(client_id: &str) -> Result<Bytes, Error> {
+/// [`Error::Config`] when the hello or the policy does not fit in a frame (a client id or a
+/// policy of about 1 MiB).
+pub(crate) fn opening(client_id: &str, policy: Option<&str>) -> Result<Bytes, Error> {
     let hello = Hello::new(client_id, env!("CARGO_PKG_VERSION"));
-    let message = Bytes::from(Message::Request(HELLO_ID, Request::Hello(hello)).to_bytes());
-    let mut frame = BytesMut::new();
-    FrameCodec::new(relay_protocol::frame::DEFAULT_MAX_FRAME)
-        .encode(message, &mut frame)
-        .map_err(|e| {
+    let mut frames = BytesMut::new();
+    encode(
+        Message::Request(HELLO_ID, Request::Hello(hello)),
+        &mut frames,
+    )
+    .map_err(|e| {
+        Error::Config(format!(
+            "the client id ({} bytes) does not fit in a hello: {e}; use a short id",
+            client_id.len()
+        ))
+    })?;
+    if let Some(spec) = policy {
+        let request = Request::SetPolicy(SetPolicy {
+            spec: spec.to_string(),
+        });
+        encode(Message::Request(POLICY_ID, request), &mut frames).map_err(|e| {
             Error::Config(format!(
-                "the client id ({} bytes) does not fit in a hello: {e}; use a short id",
-                client_id.len()
+                "the cleanup policy ({} bytes) does not fit in a frame: {e}; state a short \
+                 policy such as \"unused=10m\"",
+                spec.len()
             ))
         })?;
-    Ok(frame.freeze())
+    }
+    Ok(frames.freeze())
 }
 
-/// Waits for the welcome to the hello ([`hello_frame`]) the transport sent. `guard` is the
+/// Appends `message` as one frame of at most the protocol's minimum frame size to `frames`.
+fn encode(message: Message, frames: &mut BytesMut) -> Result<(), FrameError> {
+    FrameCodec::new(relay_protocol::frame::DEFAULT_MAX_FRAME)
+        .encode(Bytes::from(message.to_bytes()), frames)
+}
+
+/// Waits for the welcome to the hello ([`opening`]) the transport sent. `guard` is the
 /// stream's guard, asked for the bridge's stderr when the stream ends before the welcome.
 ///
 /// # Errors

@@ -9,6 +9,7 @@ use relay_protocol::message::{
     Created, End, EndResult, EndWhen, Forget, Forgot, Inspect, Inspected, Replace, SetPolicy,
 };
 use relay_protocol::{Binding, Capability, ErrorReply, PtyId, Request, Response, SpawnSpec};
+use tokio::sync::oneshot;
 
 use super::handshake::HANDSHAKE_TIMEOUT;
 use super::reply::{done, unexpected};
@@ -109,22 +110,38 @@ impl Session {
         }
     }
 
-    /// States `policy` on a new connection before anything else is sent; a no-op for an agent
-    /// without the `lifecycle` capability (it has no per-connection policy).
+    /// Waits for the agent's `reply` to `policy`, which a new connection states right behind
+    /// its hello ([`super::handshake::opening`]). An agent without the `lifecycle` capability
+    /// has no per-connection policy: whatever it answers (`Unsupported`) is ignored.
     ///
     /// # Errors
     /// [`Error::Policy`] when the agent refuses the policy; [`Error::Timeout`] when it does not
     /// answer within the handshake bound; [`Error::ConnectionLost`].
-    pub(super) async fn state_policy(&self, policy: &str) -> Result<(), Error> {
+    pub(super) async fn policy_stated(
+        &self,
+        policy: &str,
+        reply: oneshot::Receiver<Result<Response, Error>>,
+    ) -> Result<(), Error> {
+        let answer = self
+            .with_request_timeout(Some(HANDSHAKE_TIMEOUT))
+            .bounded("set policy", async {
+                reply
+                    .await
+                    .unwrap_or_else(|_| Err(self.inner.shared.lost()))
+            })
+            .await;
         if !self.inner.welcome.has(Capability::LIFECYCLE) {
             tracing::debug!(
                 destination = %self.inner.destination,
+                answer = ?answer.as_ref().map(Response::op),
                 "agent without lifecycle: no cleanup policy stated"
             );
-            return Ok(());
+            return match answer {
+                Ok(_) | Err(Error::Agent(_)) => Ok(()),
+                Err(e) => Err(e),
+            };
         }
-        let bounded = self.with_request_timeout(Some(HANDSHAKE_TIMEOUT));
-        match bounded.set_policy(policy).await {
+        match answer.and_then(|r| done("set policy", r)) {
             Err(Error::Agent(reply)) => match *reply {
                 ErrorReply::BadRequest { message } => Err(Error::Policy(format!(
                     "the agent on {} refused the cleanup policy {policy:?}: {message}",

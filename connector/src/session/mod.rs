@@ -140,6 +140,7 @@ impl Session {
         options: &ConnectOptions,
     ) -> Result<Session, Error> {
         let client_id = options.client_id.as_str();
+        let policy = options.policy.as_deref();
         let destination = transport.describe();
         let AgentStream {
             reader,
@@ -150,7 +151,7 @@ impl Session {
                 OpenOptions {
                     start_agent: options.start_agent,
                 },
-                handshake::hello_frame(client_id)?,
+                handshake::opening(client_id, policy)?,
             )
             .await?;
         let mut reader = FramedRead::new(reader, FrameCodec::new(DEFAULT_MAX_FRAME));
@@ -171,6 +172,16 @@ impl Session {
         );
         let (requests, rx) = mpsc::channel(REQUEST_QUEUE);
         let shared = Arc::new(Shared::new(requests.downgrade(), max_frame as usize));
+        // The policy went out behind the hello; its reply is waited for before the read loop
+        // can deliver it.
+        let policy_reply = match policy {
+            Some(_) => {
+                let (tx, rx) = oneshot::channel();
+                shared.register(handshake::POLICY_ID, Pending::Reply(tx))?;
+                Some(rx)
+            }
+            None => None,
+        };
         tokio::spawn(conn::write_loop(writer, rx, shared.clone(), guard));
         tokio::spawn(conn::read_loop(reader, shared.clone()));
         let session = Session {
@@ -182,8 +193,8 @@ impl Session {
             }),
             timeout: None,
         };
-        if let Some(policy) = &options.policy {
-            session.state_policy(policy).await?;
+        if let (Some(policy), Some(reply)) = (policy, policy_reply) {
+            session.policy_stated(policy, reply).await?;
         }
         Ok(session)
     }

@@ -105,7 +105,8 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// Fresh state; request ids start after the hello's id 1.
+    /// Fresh state; request ids start after the hello's id 1 and the policy's id 2
+    /// ([`super::handshake::POLICY_ID`]).
     pub(crate) fn new(requests: mpsc::WeakSender<Bytes>, max_frame: usize) -> Self {
         Shared {
             state: Mutex::new(State {
@@ -119,7 +120,7 @@ impl Shared {
             frames: AtomicU64::new(0),
             requests,
             max_frame,
-            next_id: AtomicU64::new(2),
+            next_id: AtomicU64::new(super::handshake::POLICY_ID + 1),
         }
     }
 

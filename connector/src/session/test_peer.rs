@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use futures_util::{SinkExt, StreamExt};
 use relay_protocol::message::Done;
 use relay_protocol::{
-    Binding, Capability, FrameCodec, Incarnation, Limits, Message, PaneKey, PtyId, Request,
-    Response, Welcome, MAGIC, PROTOCOL_MAJOR,
+    Binding, Capability, ErrorReply, FrameCodec, Incarnation, Limits, Message, PaneKey, PtyId,
+    Request, Response, Welcome, MAGIC, PROTOCOL_MAJOR,
 };
 use tokio_util::codec::Framed;
 
@@ -43,8 +43,9 @@ pub(crate) async fn connect(capabilities: &[&str]) -> (Session, Peer) {
     (session.unwrap(), peer)
 }
 
-/// Connects with `options` to a peer that answers the hello with `capabilities`; a `SetPolicy`
-/// the session sends is answered with `on_policy(spec)`.
+/// Connects with `options` to a peer that answers the hello with `capabilities`; the `SetPolicy`
+/// the session sends behind its hello is answered with `on_policy(spec)`, or, without the
+/// `lifecycle` capability, with `Unsupported` as an agent that does not know the op does.
 pub(crate) async fn connect_with(
     capabilities: &[&str],
     options: &ConnectOptions,
@@ -75,14 +76,21 @@ pub(crate) async fn connect_with(
             replay_bytes: 1 << 22,
         },
     };
-    let states_policy = options.policy.is_some() && welcome.has(Capability::LIFECYCLE);
+    let lifecycle = welcome.has(Capability::LIFECYCLE);
     let (session, ()) = tokio::join!(Session::connect_with(&transport, options), async {
         let (id, hello) = next_request(&mut peer).await;
         assert!(matches!((id, hello), (1, Request::Hello(_))));
         reply(&mut peer, 1, Response::Welcome(welcome)).await;
-        if states_policy {
+        if options.policy.is_some() {
             match next_request(&mut peer).await {
-                (id, Request::SetPolicy(p)) => reply(&mut peer, id, on_policy(&p.spec)).await,
+                (2, Request::SetPolicy(p)) if lifecycle => {
+                    reply(&mut peer, 2, on_policy(&p.spec)).await
+                }
+                (2, Request::SetPolicy(_)) => {
+                    let op = relay_protocol::Op::SetPolicy as u16;
+                    let refusal = Response::Error(ErrorReply::Unsupported { op });
+                    reply(&mut peer, 2, refusal).await
+                }
                 other => panic!("the policy comes right after the hello, got {other:?}"),
             }
         }

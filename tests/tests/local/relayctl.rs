@@ -243,3 +243,52 @@ async fn relayctl_into_a_closed_pipe_exits_0_and_still_acts() {
         "the shell was ended all the same"
     );
 }
+
+/// The cleanup policy rides behind the hello (no round trip of its own): the real agent applies
+/// it before the connection's first create, a refused one fails the connect with
+/// `Error::Policy` naming the condition and leaves other connections untouched, and a connection
+/// that states none creates PTYs no timer ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_stated_behind_the_hello_applies_to_the_first_create() {
+    use relay_connector::{ConnectOptions, Error};
+
+    let home = TestHome::new();
+    let transport = home.transport();
+    let mut options = ConnectOptions::new("policy-test");
+    options.policy = Some("unused=10m;idle=off".into());
+    let stated = Session::connect_with(&transport, &options).await.unwrap();
+    let with_policy = create(&stated, "stated", sh("sleep 1000")).await;
+
+    options.policy = Some("unsed=10m".into());
+    let err = Session::connect_with(&transport, &options)
+        .await
+        .expect_err("a misspelt condition is refused");
+    assert!(matches!(err, Error::Policy(_)), "{err:?}");
+    assert!(
+        err.to_string().contains("unsed"),
+        "names the condition: {err}"
+    );
+
+    options.policy = None;
+    let none = Session::connect_with(&transport, &options).await.unwrap();
+    let without = create(&none, "none", sh("sleep 1000")).await;
+
+    let rows = stated.inspect().await.unwrap().leases;
+    let policy_of = |b: &Binding| {
+        let row = rows.iter().find(|r| r.info.binding == *b).expect("listed");
+        row.policy.clone()
+    };
+    assert_eq!(
+        policy_of(&with_policy).as_deref(),
+        Some("unused=10m;idle=off")
+    );
+    assert_eq!(
+        policy_of(&without),
+        None,
+        "stated none: never ended by a timer"
+    );
+    stated
+        .ping()
+        .await
+        .expect("the refusal touched no other connection");
+}
