@@ -99,7 +99,8 @@ pub fn main(paths: &Paths, foreground: bool) -> anyhow::Result<ExitCode> {
 /// open (a pipe, a FIFO, a socket of an SSH session): the daemon lives for days, and a writer
 /// end it kept would keep the reader on the other side from ever seeing end-of-file. Called
 /// first, while nothing of the daemon's own is open and no other thread exists. Shells started
-/// later get only their PTY as stdio (portable-pty closes everything above 2 in the child).
+/// later get only their PTY as stdio ([`crate::spawn`] marks everything above 2 close-on-exec in
+/// the child).
 fn close_inherited_fds() {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;

@@ -79,6 +79,7 @@ pub mod screen;
 pub mod server;
 pub mod session;
 pub mod shell;
+pub mod spawn;
 pub mod state;
 pub mod subscription;
 pub mod wire_signal;

@@ -21,13 +21,12 @@
 //! only if the child has not been reaped, so the pid (and its process group, whose leader it is)
 //! still belongs to our child. `waitpid(-1)` is never used.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use portable_pty::{native_pty_system, PtySize};
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, TermSize};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -38,6 +37,7 @@ use crate::pty_io;
 use crate::ring::Ring;
 use crate::screen::{PtyScreen, ScreenFeed};
 use crate::shell;
+use crate::spawn::{self, SpawnError};
 
 #[path = "pty_kill.rs"]
 pub mod kill;
@@ -165,43 +165,19 @@ impl Pty {
         let failed = |what: &str, e: anyhow::Error| ErrorReply::SpawnFailed {
             message: format!("{what}: {e:#}"),
         };
-        let pair = native_pty_system()
-            .openpty(pty_size(size))
-            .map_err(|e| failed("could not allocate a PTY", e))?;
-        let child = pair.slave.spawn_command(prepared.builder).map_err(|e| {
-            failed(
-                &format!(
-                    "could not start {:?} in {}",
-                    prepared.command,
-                    prepared.cwd.display()
-                ),
-                e,
-            )
-        })?;
-        // The slave must go now, or the reader never sees EOF.
-        drop(pair.slave);
-        let pid = child.process_id().unwrap_or(0);
-        // Only the descriptor is kept: the child is waited for by pid (`pty_io::reap`), and
-        // portable-pty's writer is never taken (dropping it would type `^D`).
-        drop(child);
-        // Safety: the descriptor is open while `pair.master` lives; it is duplicated here.
-        let dup = pair
-            .master
-            .as_raw_fd()
-            .map(|fd| unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned());
-        let master = match dup {
-            Some(Ok(fd)) => fd,
-            other => {
-                // Do not leave a shell without its PTY plumbing behind.
-                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-                let _ = pty_io::reap(pid);
-                let why = match other {
-                    Some(Err(e)) => anyhow::Error::from(e),
-                    _ => anyhow::anyhow!("portable-pty gave no descriptor"),
-                };
-                return Err(failed("could not keep the PTY's master", why));
-            }
-        };
+        let spawn::Child { master, pid } =
+            spawn::spawn(prepared.process, size).map_err(|e| match e {
+                SpawnError::Pty(_) => ErrorReply::SpawnFailed {
+                    message: format!("{e}; check /dev/ptmx and /proc/sys/kernel/pty/max"),
+                },
+                SpawnError::Start(why) => ErrorReply::SpawnFailed {
+                    message: format!(
+                        "could not start {:?} in {}: {why}",
+                        prepared.command,
+                        prepared.cwd.display()
+                    ),
+                },
+            })?;
         let screen = scrollback.map(|lines| PtyScreen::new(binding.pty, size, lines));
         let parts = PtyParts {
             binding,
@@ -469,14 +445,5 @@ impl Pty {
                 event_key: p.end,
             })
         });
-    }
-}
-
-fn pty_size(size: TermSize) -> PtySize {
-    PtySize {
-        rows: size.rows,
-        cols: size.cols,
-        pixel_width: 0,
-        pixel_height: 0,
     }
 }

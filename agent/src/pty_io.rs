@@ -2,11 +2,10 @@
 //! for a live upgrade, the window size, the foreground process group, and the child's exit
 //! status.
 //!
-//! The daemon keeps only the master's descriptor (not portable-pty's handles) so that one code
-//! path serves a PTY it spawned and one it was handed across `execve` by the daemon it replaced
-//! ([`crate::handover`]). portable-pty still does the spawning (openpty, `setsid`, the
-//! controlling terminal); these functions do what its `MasterPty`/`Child` did afterwards, the
-//! same way (`TIOCSWINSZ`, `tcgetpgrp`, exit statuses with `strsignal` names).
+//! The daemon keeps only the master's descriptor and the child's pid, so that one code path
+//! serves a PTY it spawned ([`crate::spawn`]) and one it was handed across `execve` by the
+//! daemon it replaced ([`crate::handover`]): `TIOCSWINSZ`, `tcgetpgrp`, exit statuses with
+//! `strsignal` names (the form portable-pty reported, which the wire keeps).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -138,8 +137,8 @@ pub fn foreground_group(master: BorrowedFd<'_>) -> Option<i32> {
         .filter(|&p| p > 0)
 }
 
-/// Reaps our child `pid` (`waitpid(pid)`, never `-1`) and returns its status in portable-pty's
-/// form, which the wire keeps: an exit code, or code 1 with the signal's `strsignal(3)` name
+/// Reaps our child `pid` (`waitpid(pid)`, never `-1`) and returns its status in the form the
+/// wire keeps (portable-pty's): an exit code, or code 1 with the signal's `strsignal(3)` name
 /// ("Hangup", "Killed").
 ///
 /// # Errors

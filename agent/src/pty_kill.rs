@@ -1,7 +1,7 @@
 //! Ending a PTY completely: SIGHUP to the shell's process group, SIGKILL after the grace only
 //! while the shell is still our own unreaped child, then SIGKILL to whatever is left in the
 //! PTY's session (e.g. a background job that ignores SIGHUP: `(trap '' HUP; exec sleep 1e5) &`).
-//! The session is ours: the shell leads it (portable-pty runs `setsid`), and its id, the shell's
+//! The session is ours: the shell leads it ([`crate::spawn`] runs `setsid`), and its id, the shell's
 //! pid, is not reused while the session has members; members are also checked to have started
 //! no earlier than the shell (see [`crate::procfs::kill_session`]).
 

@@ -1,11 +1,12 @@
-//! Turning a [`SpawnSpec`] into a portable-pty [`CommandBuilder`].
+//! Turning a [`SpawnSpec`] into the [`Command`] that [`crate::spawn`] starts in a PTY.
 //!
-//! - Empty command: the user's login shell (passwd entry, else `$SHELL`, else `/bin/sh`), started
-//!   as a login shell (argv0 `-bash` style, which portable-pty does for its default program).
-//! - `cwd`: must be an existing directory. portable-pty silently falls back to `$HOME` for a
-//!   missing or non-directory cwd, so it is checked here and refused with
-//!   [`ErrorReply::SpawnFailed`] naming the path. `~` and `~/...` expand to the home directory;
-//!   relative paths are taken from the home directory.
+//! - Empty command: the user's login shell, started as a login shell (argv0 `-bash`, as
+//!   `login` and sshd do). Which shell: `SHELL` in the spec's environment, else the passwd
+//!   entry's, else the daemon's `$SHELL`, else `/bin/sh`; each only if it is executable.
+//! - `cwd`: must be an existing directory, checked here and refused with
+//!   [`ErrorReply::SpawnFailed`] naming the path (never a silent fall back to the home
+//!   directory). `~` and `~/...` expand to the home directory; relative paths are taken from the
+//!   home directory.
 //! - A clean environment, like sshd gives a login (see [`clean_env`]): `HOME`, `USER`, `LOGNAME`,
 //!   `SHELL`, `PATH`, `TERM` (from the spec; default `xterm-256color`, also for an empty one),
 //!   `LANG` and `LC_*` and `XDG_RUNTIME_DIR` when the daemon has them, then the spec's extra
@@ -14,10 +15,11 @@
 //!   (stale once it closed), not relay's `RELAY_*` settings.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use nix::unistd::{access, AccessFlags, Uid, User};
-use portable_pty::CommandBuilder;
 use relay_protocol::{ErrorReply, SpawnSpec};
 
 /// `TERM` when the spec gives none.
@@ -29,8 +31,8 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// A command ready to spawn, and the command line to record on the lease.
 #[derive(Debug)]
 pub struct Prepared {
-    /// What portable-pty spawns.
-    pub builder: CommandBuilder,
+    /// What [`crate::spawn::spawn`] starts: program, arguments, environment and cwd set.
+    pub process: Command,
     /// Command line for the lease record (`[shell, "-l"]` for the login shell).
     pub command: Vec<String>,
     /// The working directory the process starts in.
@@ -53,21 +55,28 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         .unwrap_or_else(|| PathBuf::from("/"));
     let cwd = resolve_cwd(spec.cwd.as_deref(), &home)?;
 
-    let shell = login_shell(user.as_ref().map(|u| u.shell.as_path()));
+    let requested = spec.env.iter().find(|(k, _)| k == "SHELL");
+    let shell = login_shell(
+        requested.map(|(_, v)| Path::new(v.as_str())),
+        user.as_ref().map(|u| u.shell.as_path()),
+    );
     let (mut builder, command) = if spec.command.is_empty() {
-        // portable-pty runs the builder's $SHELL with argv0 "-<basename>" (a login shell).
+        let mut login = Command::new(&shell);
+        let name = shell.file_name().unwrap_or(shell.as_os_str());
+        let mut argv0 = OsString::from("-");
+        argv0.push(name);
+        login.arg0(argv0);
         (
-            CommandBuilder::new_default_prog(),
+            login,
             vec![shell.to_string_lossy().into_owned(), "-l".into()],
         )
     } else {
-        (
-            CommandBuilder::from_argv(spec.command.iter().map(Into::into).collect()),
-            spec.command.clone(),
-        )
+        let mut program = Command::new(&spec.command[0]);
+        program.args(&spec.command[1..]);
+        (program, spec.command.clone())
     };
-    builder.cwd(&cwd);
-    // Both constructors copy the daemon's whole environment: start from nothing instead.
+    builder.current_dir(&cwd);
+    // A command starts with the daemon's whole environment: start from nothing instead.
     builder.env_clear();
     let login = Login {
         name: user.as_ref().map(|u| OsString::from(&u.name)),
@@ -89,7 +98,7 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         builder.env(key, value);
     }
     Ok(Prepared {
-        builder,
+        process: builder,
         command,
         cwd,
     })
@@ -156,14 +165,19 @@ pub fn clean_env(
     env
 }
 
-/// The login shell: passwd entry, else `$SHELL`, else `/bin/sh`; each only if executable.
-fn login_shell(passwd: Option<&Path>) -> PathBuf {
+/// The login shell: the one `requested` by the spec, else the passwd entry's, else the
+/// daemon's `$SHELL`, else `/bin/sh`; each only if executable.
+fn login_shell(requested: Option<&Path>, passwd: Option<&Path>) -> PathBuf {
     let env_shell = std::env::var_os("SHELL").map(PathBuf::from);
-    [passwd.map(Path::to_path_buf), env_shell]
-        .into_iter()
-        .flatten()
-        .find(|p| !p.as_os_str().is_empty() && access(p.as_path(), AccessFlags::X_OK).is_ok())
-        .unwrap_or_else(|| PathBuf::from("/bin/sh"))
+    [
+        requested.map(Path::to_path_buf),
+        passwd.map(Path::to_path_buf),
+        env_shell,
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| !p.as_os_str().is_empty() && access(p.as_path(), AccessFlags::X_OK).is_ok())
+    .unwrap_or_else(|| PathBuf::from("/bin/sh"))
 }
 
 /// Checks and resolves the requested working directory.
@@ -240,8 +254,9 @@ mod tests {
                 ..SpawnSpec::default()
             };
             let prepared = prepare(&spec).unwrap();
+            let got = prepared.process.get_envs().find(|(k, _)| *k == "TERM");
             assert_eq!(
-                prepared.builder.get_env("TERM").and_then(|t| t.to_str()),
+                got.and_then(|(_, v)| v?.to_str()),
                 Some(want),
                 "term {term:?}"
             );

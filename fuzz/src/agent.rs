@@ -25,8 +25,8 @@
 //!   [`SPAWNED_PROGRAM`] (`/bin/cat`, which only echoes its input) instead of the requested
 //!   command, and without `LD_*` variables; cwd, `TERM`, size and the rest of the environment are
 //!   the input's. A request whose pane or spec the agent's limits refuse is sent unchanged, as the
-//!   agent refuses those before spawning. So the spawn path (portable-pty, reader, writer and
-//!   waiter threads, ring, screen model) is real, but no input runs a program of its choice.
+//!   agent refuses those before spawning. So the spawn path (the agent's PTY spawn, reader,
+//!   writer and waiter tasks, ring, screen model) is real, but no input runs a program of its choice.
 //! - **Identity.** PTY ids carry a random incarnation per agent start, which no input can know:
 //!   the peer replaces [`PLACEHOLDER_INCARNATION`] (the golden vectors') in every request with the
 //!   agent's, so seeds and mutations can name live PTYs (the agent mints counters from 1).

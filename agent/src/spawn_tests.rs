@@ -1,0 +1,167 @@
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nix::sys::signal::{SigHandler, Signal};
+
+use super::*;
+
+/// Everything the PTY's master gives until end of file (EIO), bounded so a broken spawn fails
+/// the test instead of hanging it.
+fn output_of(child: Child) -> String {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut master = std::fs::File::from(child.master);
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = master.read(&mut buf) {
+            out.extend_from_slice(&buf[..n]);
+        }
+        let _ = tx.send(out);
+    });
+    let out = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the child's output ends within 10 s");
+    crate::pty_io::reap(child.pid).expect("our child");
+    String::from_utf8_lossy(&out).replace('\r', "")
+}
+
+fn sh(script: &str) -> Command {
+    let mut command = Command::new("/bin/sh");
+    command.args(["-c", script]);
+    command
+}
+
+/// Field `n` (1-based) of `/proc/<pid>/stat` as the script prints it.
+const STAT: &str = r#"read pid comm state ppid pgrp sid tty rest < /proc/$$/stat"#;
+
+/// The child leads its own session and process group, its controlling terminal is the PTY
+/// with the requested size, and it starts with no signal ignored or blocked even though the
+/// daemon ignores SIGHUP (as the test process does here).
+#[test]
+fn the_child_leads_a_session_on_its_pty_with_default_signals() {
+    let script = format!(
+        "{STAT}; echo \"pid=$pid pgrp=$pgrp sid=$sid tty=$tty\"; stty size; \
+         grep -E '^Sig(Ign|Blk)' /proc/$$/status"
+    );
+    let size = TermSize { cols: 91, rows: 17 };
+    // Safety: ignoring a signal, and putting back what was there, install no handler.
+    let before = unsafe { nix::sys::signal::signal(Signal::SIGHUP, SigHandler::SigIgn) }.unwrap();
+    let child = spawn(sh(&script), size);
+    unsafe { nix::sys::signal::signal(Signal::SIGHUP, before) }.unwrap();
+    let child = child.unwrap();
+    let pid = child.pid;
+    let out = output_of(child);
+    assert!(
+        out.contains(&format!("pid={pid} pgrp={pid} sid={pid} tty=")),
+        "{out}"
+    );
+    assert!(!out.contains("tty=0 "), "a controlling terminal: {out}");
+    assert!(out.contains("17 91\n"), "rows × columns: {out}");
+    assert!(out.contains("SigIgn:\t0000000000000000"), "{out}");
+    assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
+}
+
+/// A descriptor the daemon holds without close-on-exec does not reach the child.
+#[test]
+fn descriptors_above_stderr_do_not_reach_the_child() {
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let leaky = nix::unistd::dup(file.as_fd()).unwrap(); // dup: no close-on-exec
+    let n = leaky.as_raw_fd();
+    let script = format!("[ -e /proc/$$/fd/{n} ] && echo fd-open || echo fd-closed");
+    let out = output_of(spawn(sh(&script), TermSize::default()).unwrap());
+    assert!(out.contains("fd-closed"), "{out}");
+}
+
+/// The fallbacks for kernels without `CLOSE_RANGE_CLOEXEC` (Linux < 5.11), run where they
+/// would run (after `fork`): each marks the descriptor that the child would otherwise inherit;
+/// without either, it is inherited (so the check can tell).
+#[test]
+fn the_fallbacks_mark_inherited_descriptors_close_on_exec() {
+    let file = std::fs::File::open("/dev/null").unwrap();
+    let leaky = nix::unistd::dup(file.as_fd()).unwrap();
+    let n = leaky.as_raw_fd();
+    let script = format!("[ -e /proc/$$/fd/{n} ] && echo fd-open || echo fd-closed");
+    let run = |mark: Option<fn(u32)>| {
+        let mut command = sh(&script);
+        if let Some(mark) = mark {
+            // Safety: both fallbacks are async-signal-safe (their docs).
+            unsafe {
+                command.pre_exec(move || {
+                    mark(3);
+                    Ok(())
+                })
+            };
+        }
+        let out = command.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(run(None), "fd-open");
+    assert_eq!(run(Some(mark_listed_cloexec)), "fd-closed");
+    assert_eq!(run(Some(mark_numbers_cloexec)), "fd-closed");
+}
+
+#[test]
+fn descriptor_numbers_are_read_from_dirent_records() {
+    let mut records = Vec::new();
+    for name in [".", "..", "0", "17", "x1", "123456"] {
+        let len = (19 + name.len() + 1).next_multiple_of(8);
+        let mut record = vec![0u8; len];
+        record[16..18].copy_from_slice(&(len as u16).to_ne_bytes());
+        record[19..19 + name.len()].copy_from_slice(name.as_bytes());
+        records.extend(record);
+    }
+    assert_eq!(
+        dirent_numbers(&records).collect::<Vec<_>>(),
+        [0, 17, 123456]
+    );
+    // A cut-off record ends the walk instead of reading past the buffer.
+    let cut = &records[..records.len() - 3];
+    assert_eq!(dirent_numbers(cut).collect::<Vec<_>>(), [0, 17]);
+}
+
+/// A program that cannot start is named with what to check, and nothing is left running.
+#[test]
+fn programs_that_cannot_start_are_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable");
+    std::fs::write(&plain, "echo hi\n").unwrap();
+    let script = dir.path().join("no-interpreter");
+    std::fs::write(&script, "#!/no/such/interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let in_path = |program: &str| {
+        let mut command = Command::new(program);
+        command.env_clear().env("PATH", "/usr/bin:/bin");
+        command
+    };
+    let cases = [
+        (
+            in_path("relay-no-such-program"),
+            "relay-no-such-program was not found in PATH (/usr/bin:/bin)".to_string(),
+        ),
+        (
+            Command::new("/no/such/program"),
+            "/no/such/program does not exist".into(),
+        ),
+        (
+            Command::new(dir.path()),
+            format!("{} is a directory", dir.path().display()),
+        ),
+        (
+            Command::new(&plain),
+            format!("{} is not executable", plain.display()),
+        ),
+        (
+            Command::new(&script),
+            format!("{} exists but its interpreter", script.display()),
+        ),
+    ];
+    for (command, want) in cases {
+        match spawn(command, TermSize::default()) {
+            Err(SpawnError::Start(why)) => assert!(why.contains(&want), "{why}\nwant: {want}"),
+            other => panic!("{want}: got {other:?}"),
+        }
+    }
+}
