@@ -167,9 +167,17 @@ impl Pty {
         };
         let spawn::Child { master, pid } =
             spawn::spawn(prepared.process, size).map_err(|e| match e {
-                SpawnError::Pty(_) => ErrorReply::SpawnFailed {
-                    message: format!("{e}; check /dev/ptmx and /proc/sys/kernel/pty/max"),
-                },
+                SpawnError::Pty(ref io) => {
+                    let fix = match io.raw_os_error() {
+                        Some(nix::libc::EMFILE | nix::libc::ENFILE) => {
+                            "the descriptor limit is reached (ulimit -n, fs.file-max)"
+                        }
+                        _ => "check /dev/ptmx, /dev/pts and /proc/sys/kernel/pty/max",
+                    };
+                    ErrorReply::SpawnFailed {
+                        message: format!("{e}; {fix}"),
+                    }
+                }
                 SpawnError::Start(why) => ErrorReply::SpawnFailed {
                     message: format!(
                         "could not start {:?} in {}: {why}",

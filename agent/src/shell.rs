@@ -70,6 +70,10 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
             login,
             vec![shell.to_string_lossy().into_owned(), "-l".into()],
         )
+    } else if spec.command[0].is_empty() {
+        return Err(ErrorReply::BadRequest {
+            message: "the command's program name is empty; give a program (e.g. \"sh\")".into(),
+        });
     } else {
         let mut program = Command::new(&spec.command[0]);
         program.args(&spec.command[1..]);
@@ -190,7 +194,16 @@ fn resolve_cwd(cwd: Option<&str>, home: &Path) -> Result<PathBuf, ErrorReply> {
         },
     };
     match std::fs::metadata(&path) {
-        Ok(m) if m.is_dir() => Ok(path),
+        Ok(m) if m.is_dir() => match access(path.as_path(), AccessFlags::X_OK) {
+            Ok(()) => Ok(path),
+            Err(e) => Err(ErrorReply::SpawnFailed {
+                message: format!(
+                    "working directory {} cannot be entered ({e}); pass a directory you can \
+                     enter as cwd",
+                    path.display()
+                ),
+            }),
+        },
         Ok(_) => Err(ErrorReply::SpawnFailed {
             message: format!(
                 "working directory {} is not a directory; pass an existing directory as cwd",
@@ -329,5 +342,19 @@ mod tests {
             ..SpawnSpec::default()
         };
         assert!(matches!(prepare(&spec), Err(ErrorReply::BadRequest { .. })));
+    }
+
+    #[test]
+    fn an_empty_program_name_is_refused() {
+        let spec = SpawnSpec {
+            command: vec![String::new(), "x".into()],
+            ..SpawnSpec::default()
+        };
+        match prepare(&spec) {
+            Err(ErrorReply::BadRequest { message }) => {
+                assert!(message.contains("empty"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

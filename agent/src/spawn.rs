@@ -21,8 +21,8 @@
 //!      reported to the caller with its `errno`.
 //!
 //! portable-pty swept `/proc/self/fd` through `std::fs::read_dir` in the child (allocating
-//! after `fork`) and closed each descriptor with its own system call: about 9 ms of each create
-//! once the daemon held 1,000 PTYs (`docs/performance.md`, "Scale").
+//! after `fork`) and closed each descriptor with its own system call: about 5 ms of each create
+//! once the daemon held 1,000 PTYs (about 5 µs per descriptor; `docs/performance.md`, "Scale").
 
 use std::ffi::OsStr;
 use std::io;
@@ -37,6 +37,7 @@ use nix::libc;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
 use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::stat::Mode;
+use nix::unistd::{access, AccessFlags};
 use relay_protocol::TermSize;
 
 use crate::pty_io;
@@ -119,17 +120,17 @@ fn child_setup() -> io::Result<()> {
     // `struct sigaction` all zero is SIG_DFL with no flags and an empty mask on every
     // architecture; the buffer is larger than any of them.
     let default = [0u64; 8];
-    for signal in 1..=64 {
+    for signal in 1..=64i32 {
         if signal != libc::SIGKILL && signal != libc::SIGSTOP {
             // Safety: the kernel reads at most the size of its struct from `default`; setting
             // the default action installs no handler. An invalid number gives EINVAL.
             unsafe {
                 libc::syscall(
                     libc::SYS_rt_sigaction,
-                    signal,
+                    signal as libc::c_long,
                     default.as_ptr(),
                     std::ptr::null_mut::<u64>(),
-                    8, // the kernel's signal set: 64 bits
+                    8 as libc::size_t, // the kernel's signal set: 64 bits
                 )
             };
         }
@@ -266,32 +267,36 @@ pub fn explain(command: &Command, error: &io::Error) -> String {
             .map(|dirs| dirs.to_string_lossy().into_owned())
             .unwrap_or_else(|| "unset".into())
     };
+    let executable = |p: &Path| p.is_file() && access(p, AccessFlags::X_OK).is_ok();
+    if access(cwd, AccessFlags::X_OK).is_err() {
+        return format!(
+            "could not enter the working directory {}: {error}; pass a directory you can enter \
+             as cwd",
+            cwd.display()
+        );
+    }
     match (error.kind(), &path) {
-        (io::ErrorKind::NotFound, None) => {
-            format!(
-                "{shown} was not found in PATH ({}); install it or give its full path",
-                search()
-            )
-        }
-        (io::ErrorKind::NotFound, Some(p)) if !p.exists() => {
-            format!(
-                "{} does not exist; give the path of an installed program",
-                p.display()
-            )
-        }
-        (io::ErrorKind::NotFound, Some(p)) => format!(
+        (io::ErrorKind::NotFound, None) => format!(
+            "{shown} was not found in PATH ({}); install it or give its full path",
+            search()
+        ),
+        (io::ErrorKind::NotFound, Some(p)) if !p.exists() => format!(
+            "{} does not exist; give the path of an installed program",
+            p.display()
+        ),
+        (io::ErrorKind::NotFound, Some(p)) if executable(p) => format!(
             "{} exists but its interpreter (the #! line) or loader is missing: {error}",
             p.display()
         ),
         (io::ErrorKind::PermissionDenied, Some(p)) if p.is_dir() => {
             format!("{} is a directory, not a program", p.display())
         }
-        (io::ErrorKind::PermissionDenied, Some(p)) => format!(
+        (io::ErrorKind::PermissionDenied, Some(p)) if p.is_file() && !executable(p) => format!(
             "{} is not executable ({error}); check its mode (chmod +x) and that its file \
              system is not mounted noexec",
             p.display()
         ),
-        _ => format!("{shown}: {error}"),
+        _ => format!("{shown}: {error} (starting it in a new terminal session failed)"),
     }
 }
 
@@ -308,8 +313,12 @@ fn search_path(command: &Command) -> Option<std::ffi::OsString> {
     }
 }
 
-/// The first entry of `dirs` (a `PATH` value) that holds `program` (any kind of file).
+/// The first entry of `dirs` (a `PATH` value) that holds a file or directory named
+/// `program` (as `execvp` tries them: one that is not executable is reported as such).
 fn find_in(program: &OsStr, dirs: &OsStr) -> Option<std::path::PathBuf> {
+    if program.is_empty() {
+        return None;
+    }
     std::env::split_paths(dirs)
         .map(|d| d.join(program))
         .find(|p| p.exists())

@@ -124,8 +124,8 @@ pub trait Transport: Send + Sync + 'static {
     /// [`Error`] describing why the agent could not be reached; see [`Error::is_transient`].
     fn open(&self, options: OpenOptions) -> OpenFuture<'_>;
 
-    /// Opens a stream as [`Transport::open`] does, with `first` (the session's hello frame)
-    /// written to it before anything else. The default opens, then writes. A transport whose
+    /// Opens a stream as [`Transport::open`] does, with `first` (the session's opening
+    /// frames: the hello and the cleanup policy) written to it before anything else. The default opens, then writes. A transport whose
     /// far end accepts input before it reports ready overrides it to send `first` at once:
     /// over SSH the hello then travels right behind the bridge command instead of a round trip
     /// later. A failed write is no error here: the bridge has ended, and reading says why.

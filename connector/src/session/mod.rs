@@ -124,8 +124,10 @@ impl Session {
     }
 
     /// Opens a stream with `transport`, exchanges hello/welcome, starts the connection's tasks
-    /// and, when the agent has the `lifecycle` capability and `options.policy` is set, states
-    /// that cleanup policy before any other request.
+    /// and, when `options.policy` is set, states that cleanup policy before any other request:
+    /// it is written right behind the hello (no round trip of its own) and waited for with the
+    /// welcome; an agent without the `lifecycle` capability answers `Unsupported`, which is
+    /// ignored.
     ///
     /// Must be called inside a tokio runtime.
     ///

@@ -3,6 +3,7 @@
 //! exercised in `tests/tests/local.rs`).
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use relay_protocol::message::Done;
@@ -80,9 +81,21 @@ pub(crate) async fn connect_with(
     let (session, ()) = tokio::join!(Session::connect_with(&transport, options), async {
         let (id, hello) = next_request(&mut peer).await;
         assert!(matches!((id, hello), (1, Request::Hello(_))));
+        // The policy rides with the hello: it arrives before the welcome was sent.
+        let policy = match options.policy {
+            Some(_) => {
+                let rides = tokio::time::timeout(Duration::from_secs(5), next_request(&mut peer));
+                Some(
+                    rides
+                        .await
+                        .expect("the policy is sent without waiting for the welcome"),
+                )
+            }
+            None => None,
+        };
         reply(&mut peer, 1, Response::Welcome(welcome)).await;
-        if options.policy.is_some() {
-            match next_request(&mut peer).await {
+        if let Some(policy) = policy {
+            match policy {
                 (2, Request::SetPolicy(p)) if lifecycle => {
                     reply(&mut peer, 2, on_policy(&p.spec)).await
                 }

@@ -365,7 +365,7 @@ impl SshTransport {
             // fails with the hint about startup files). A failed write is no error here: the
             // channel has ended, and reading it says why.
             if let Err(e) = write.data(&first[..]).await {
-                tracing::debug!(error = %e, "sending the hello to the agent bridge failed");
+                tracing::debug!(error = %e, "sending the hello and policy to the agent bridge failed");
             }
         }
         let mut reader = BridgeReader::new(read, conn.lost.clone());
