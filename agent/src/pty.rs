@@ -166,7 +166,7 @@ impl Pty {
             message: format!("{what}: {e:#}"),
         };
         let spawn::Child { master, pid } =
-            spawn::spawn(prepared.process, size).map_err(|e| match e {
+            spawn::spawn(&prepared.program, size).map_err(|e| match e {
                 SpawnError::Pty(ref io) => {
                     let fix = match io.raw_os_error() {
                         Some(nix::libc::EMFILE | nix::libc::ENFILE) => {

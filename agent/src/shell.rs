@@ -1,4 +1,4 @@
-//! Turning a [`SpawnSpec`] into the [`Command`] that [`crate::spawn`] starts in a PTY.
+//! Turning a [`SpawnSpec`] into the [`Program`] that [`crate::spawn`] starts in a PTY.
 //!
 //! - Empty command: the user's login shell, started as a login shell (argv0 `-bash`, as
 //!   `login` and sshd do). Which shell: `SHELL` in the spec's environment, else the passwd
@@ -15,12 +15,12 @@
 //!   (stale once it closed), not relay's `RELAY_*` settings.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use nix::unistd::{access, AccessFlags, Uid, User};
 use relay_protocol::{ErrorReply, SpawnSpec};
+
+use crate::spawn::Program;
 
 /// `TERM` when the spec gives none.
 pub const DEFAULT_TERM: &str = "xterm-256color";
@@ -31,8 +31,8 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// A command ready to spawn, and the command line to record on the lease.
 #[derive(Debug)]
 pub struct Prepared {
-    /// What [`crate::spawn::spawn`] starts: program, arguments, environment and cwd set.
-    pub process: Command,
+    /// What [`crate::spawn::spawn`] starts.
+    pub program: Program,
     /// Command line for the lease record (`[shell, "-l"]` for the login shell).
     pub command: Vec<String>,
     /// The working directory the process starts in.
@@ -60,14 +60,13 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         requested.map(|(_, v)| Path::new(v.as_str())),
         user.as_ref().map(|u| u.shell.as_path()),
     );
-    let (mut builder, command) = if spec.command.is_empty() {
-        let mut login = Command::new(&shell);
+    let (program, argv, command) = if spec.command.is_empty() {
         let name = shell.file_name().unwrap_or(shell.as_os_str());
         let mut argv0 = OsString::from("-");
         argv0.push(name);
-        login.arg0(argv0);
         (
-            login,
+            shell.clone().into_os_string(),
+            vec![argv0],
             vec![shell.to_string_lossy().into_owned(), "-l".into()],
         )
     } else if spec.command[0].is_empty() {
@@ -75,22 +74,20 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
             message: "the command's program name is empty; give a program (e.g. \"sh\")".into(),
         });
     } else {
-        let mut program = Command::new(&spec.command[0]);
-        program.args(&spec.command[1..]);
-        (program, spec.command.clone())
+        (
+            OsString::from(&spec.command[0]),
+            spec.command.iter().map(OsString::from).collect(),
+            spec.command.clone(),
+        )
     };
-    builder.current_dir(&cwd);
-    // A command starts with the daemon's whole environment: start from nothing instead.
-    builder.env_clear();
     let login = Login {
         name: user.as_ref().map(|u| OsString::from(&u.name)),
         home: &home,
         shell: &shell,
         term: spec.term.as_deref(),
     };
-    for (key, value) in clean_env(std::env::vars_os(), &login) {
-        builder.env(key, value);
-    }
+    // Nothing of the daemon's own environment but what `clean_env` keeps.
+    let mut env = clean_env(std::env::vars_os(), &login);
     for (key, value) in &spec.env {
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
             return Err(ErrorReply::BadRequest {
@@ -99,10 +96,16 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
                 ),
             });
         }
-        builder.env(key, value);
+        env.retain(|(k, _)| k != key.as_str());
+        env.push((key.into(), value.into()));
     }
     Ok(Prepared {
-        process: builder,
+        program: Program {
+            program,
+            argv,
+            env,
+            cwd: cwd.clone(),
+        },
         command,
         cwd,
     })
@@ -267,12 +270,8 @@ mod tests {
                 ..SpawnSpec::default()
             };
             let prepared = prepare(&spec).unwrap();
-            let got = prepared.process.get_envs().find(|(k, _)| *k == "TERM");
-            assert_eq!(
-                got.and_then(|(_, v)| v?.to_str()),
-                Some(want),
-                "term {term:?}"
-            );
+            let got = prepared.program.env_var("TERM");
+            assert_eq!(got.and_then(|v| v.to_str()), Some(want), "term {term:?}");
         }
     }
 

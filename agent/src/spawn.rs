@@ -1,46 +1,78 @@
-//! Starting a program in a new PTY: what portable-pty's `spawn_command` did, without the cost
-//! that grows with the daemon's descriptors.
+//! Starting a program in a new PTY: what portable-pty's `spawn_command` did, without the costs
+//! that grow with the daemon (its descriptors and its memory).
 //!
 //! - The PTY pair is opened close-on-exec from the start (`posix_openpt(O_CLOEXEC)`, then the
 //!   slave by name with `O_CLOEXEC | O_NOCTTY`), so a spawn running at the same time on another
 //!   thread never inherits this pair.
-//! - The child (std [`Command`] with a `pre_exec` hook, which runs between `fork` and `execve`
-//!   and so may only make async-signal-safe calls: no allocation, no locks):
-//!   1. gets the slave as stdin, stdout and stderr (std's `dup2`, which clears close-on-exec for
-//!      0–2);
-//!   2. starts with every signal at its default action and an empty signal mask (the daemon
-//!      ignores `SIGHUP` and tokio installs handlers; a shell must see `SIGHUP` when its
-//!      terminal goes, as with sshd);
-//!   3. becomes a session leader (`setsid`) with the slave as its controlling terminal
-//!      (`TIOCSCTTY`), so the shell does job control and its process group can be signalled;
+//! - The child is started with `clone(CLONE_VM | CLONE_VFORK)` (`spawn_child.rs`), like
+//!   glibc's `posix_spawn`: no copy of the daemon's page tables (a `fork` of an agent holding
+//!   1,000 PTYs copies ~80 MiB of mappings and then takes copy-on-write faults). Before
+//!   `execve`, the child, in order:
+//!   1. sets every signal to its default action (the daemon ignores `SIGHUP`, and tokio
+//!      installs handlers; a shell must see `SIGHUP` when its terminal goes, as with sshd);
+//!   2. becomes a session leader (`setsid`), takes the slave as stdin, stdout and stderr and as
+//!      its controlling terminal (`TIOCSCTTY`), so the shell does job control and its process
+//!      group can be signalled;
+//!   3. enters the working directory;
 //!   4. marks every descriptor from 3 up close-on-exec with one `close_range(3, ~0,
 //!      CLOSE_RANGE_CLOEXEC)` (Linux 5.11). Older kernels (Debian 11, Ubuntu 20.04, RHEL 8)
 //!      answer `ENOSYS` or `EINVAL`: the descriptors listed in `/proc/self/fd` are marked one
-//!      by one instead, read with `getdents64` into a buffer on the stack. Marking rather than
-//!      closing keeps std's own exec-error pipe working, so a program that cannot run is
-//!      reported to the caller with its `errno`.
+//!      by one instead, read with `getdents64` into a buffer on the stack;
+//!   5. unblocks every signal and runs the program, looked up in the environment's `PATH` as
+//!      `execvp` does (a file without `#!` that the kernel cannot run is not retried with
+//!      `/bin/sh`).
 //!
-//! portable-pty swept `/proc/self/fd` through `std::fs::read_dir` in the child (allocating
-//! after `fork`) and closed each descriptor with its own system call: about 5 ms of each create
-//! once the daemon held 1,000 PTYs (about 5 µs per descriptor; `docs/performance.md`, "Scale").
+//! portable-pty forked, swept `/proc/self/fd` through `std::fs::read_dir` in the child
+//! (allocating after `fork`) and closed each descriptor with its own system call (about 5 µs
+//! per descriptor): a create at 1,000 PTYs took ~21 ms against ~2 ms at none
+//! (`docs/performance.md`, "Scale").
 
-use std::ffi::OsStr;
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 
 use nix::fcntl::{open, OFlag};
-use nix::libc;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
-use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::stat::Mode;
 use nix::unistd::{access, AccessFlags};
 use relay_protocol::TermSize;
 
 use crate::pty_io;
+
+#[path = "spawn_child.rs"]
+mod child;
+
+pub use child::Stage;
+
+/// `PATH` searched when the environment has none (glibc's `execvp` default).
+const FALLBACK_PATH: &str = "/bin:/usr/bin";
+
+/// What to start: a program, its whole argument vector and environment, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// A path (containing `/`, relative ones taken from `cwd`) or a name looked up in the
+    /// `PATH` of `env`.
+    pub program: OsString,
+    /// The argument vector, `argv[0]` included (`-bash` for a login shell).
+    pub argv: Vec<OsString>,
+    /// The program's whole environment (nothing of the daemon's is added).
+    pub env: Vec<(OsString, OsString)>,
+    /// The working directory.
+    pub cwd: PathBuf,
+}
+
+impl Program {
+    /// The value of `name` in [`Program::env`], if set.
+    pub fn env_var(&self, name: &str) -> Option<&OsStr> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_os_str())
+    }
+}
 
 /// A program running in a new PTY.
 #[derive(Debug)]
@@ -65,33 +97,78 @@ pub enum SpawnError {
     Start(String),
 }
 
-/// Starts `command` in a new PTY of `size` (columns × rows) as described in the module docs.
-/// `command`'s stdin, stdout and stderr are replaced by the PTY's slave. The command is
-/// consumed: it holds the slave's descriptors, and the master reads end of file only once
-/// every copy of the slave is closed.
+/// Starts `program` in a new PTY of `size` (columns × rows) as described in the module docs.
 ///
 /// # Errors
 /// [`SpawnError::Pty`] when no PTY could be opened or sized; [`SpawnError::Start`] when the
-/// program could not be started: missing, not executable, a directory, or its interpreter
-/// missing, each named with its path or the `PATH` searched ([`explain`]).
-pub fn spawn(mut command: Command, size: TermSize) -> Result<Child, SpawnError> {
+/// program could not be started: missing, not executable, a directory, its interpreter
+/// missing, a working directory that cannot be entered, or a NUL byte in an argument, each
+/// named with its path or the `PATH` searched ([`explain`]). Nothing keeps running then.
+pub fn spawn(program: &Program, size: TermSize) -> Result<Child, SpawnError> {
+    let plan_of = |slave| plan(program, slave).map_err(SpawnError::Start);
     let (master, slave) = open_pair(size).map_err(SpawnError::Pty)?;
-    let stdio = |fd: &OwnedFd| fd.try_clone().map(Stdio::from).map_err(SpawnError::Pty);
-    command
-        .stdin(stdio(&slave)?)
-        .stdout(stdio(&slave)?)
-        .stderr(Stdio::from(slave));
-    // Safety: `child_setup` makes only async-signal-safe calls (see its docs).
-    unsafe { command.pre_exec(child_setup) };
-    let spawned = command.spawn();
-    let child = spawned.map_err(|e| SpawnError::Start(explain(&command, &e)))?;
-    // The slave's last copies in this process go with the command.
-    drop(command);
-    // std's handle is dropped without waiting: the daemon waits for the pid itself.
-    Ok(Child {
-        master,
-        pid: child.id(),
-    })
+    let plan = plan_of(slave.as_raw_fd())?;
+    let started = child::start(&plan);
+    // The slave's last copy in this process: the master reads EIO once the child's are gone.
+    drop(slave);
+    match started {
+        Ok(pid) => Ok(Child { master, pid }),
+        Err((None, e)) => Err(SpawnError::Start(format!(
+            "could not create a process ({e}); the user's process limit (ulimit -u) may be \
+             reached"
+        ))),
+        Err((Some(stage), e)) => Err(SpawnError::Start(explain(program, stage, &e))),
+    }
+}
+
+/// The child's plan for `program` with the PTY's `slave`.
+///
+/// # Errors
+/// A message naming the argument, variable or path that holds a NUL byte.
+fn plan(program: &Program, slave: std::os::fd::RawFd) -> Result<child::Plan, String> {
+    let c = |what: &str, s: Vec<u8>| {
+        CString::new(s).map_err(|_| format!("{what} contains a NUL byte; remove it"))
+    };
+    let name = program.program.as_bytes();
+    let candidates = if name.contains(&b'/') {
+        vec![c("the program path", name.to_vec())?]
+    } else if name.is_empty() {
+        Vec::new()
+    } else {
+        let search = program.env_var("PATH").unwrap_or(OsStr::new(FALLBACK_PATH));
+        let mut all = Vec::new();
+        for dir in std::env::split_paths(search) {
+            let dir = if dir.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                dir
+            };
+            if let Ok(path) = CString::new(dir.join(&program.program).into_os_string().into_vec()) {
+                all.push(path);
+            }
+        }
+        all
+    };
+    let argv = program
+        .argv
+        .iter()
+        .map(|a| c("an argument", a.as_bytes().to_vec()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let envp = program
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let mut pair = k.as_bytes().to_vec();
+            pair.push(b'=');
+            pair.extend_from_slice(v.as_bytes());
+            c("an environment variable", pair)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let cwd = c(
+        "the working directory",
+        program.cwd.as_os_str().as_bytes().to_vec(),
+    )?;
+    Ok(child::Plan::new(slave, cwd, candidates, argv, envp))
 }
 
 /// Opens a PTY pair, both sides close-on-exec, the slave without becoming this process's
@@ -111,171 +188,42 @@ fn open_pair(size: TermSize) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((master, slave))
 }
 
-/// Runs in the child between `fork` and `execve` (steps 2–4 of the module docs). Only
-/// async-signal-safe calls: `rt_sigaction`, `sigprocmask`, `setsid`, `ioctl`, `syscall`, `open`,
-/// `fcntl`, `close`, and parsing into stack memory.
-fn child_setup() -> io::Result<()> {
-    // Every signal 1–64, the real-time ones included (glibc's own sigaction refuses 32 and
-    // 33, which it reserves; an ignored one would still be ignored after `execve`). The kernel's
-    // `struct sigaction` all zero is SIG_DFL with no flags and an empty mask on every
-    // architecture; the buffer is larger than any of them.
-    let default = [0u64; 8];
-    for signal in 1..=64i32 {
-        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-            // Safety: the kernel reads at most the size of its struct from `default`; setting
-            // the default action installs no handler. An invalid number gives EINVAL.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    signal as libc::c_long,
-                    default.as_ptr(),
-                    std::ptr::null_mut::<u64>(),
-                    8 as libc::size_t, // the kernel's signal set: 64 bits
-                )
-            };
+/// Says why `program` could not be started: `error` at `stage` of the child's setup. For
+/// the `execve` stage, what to check: a program that does not exist (its path, or the `PATH`
+/// searched), a directory, a file without execute permission, or a script whose interpreter
+/// is missing.
+pub fn explain(program: &Program, stage: Stage, error: &io::Error) -> String {
+    let cwd = program.cwd.as_path();
+    match stage {
+        Stage::Exec => {}
+        Stage::Cwd => {
+            return format!(
+                "could not enter the working directory {}: {error}; pass a directory you can \
+                 enter as cwd",
+                cwd.display()
+            )
+        }
+        Stage::Session | Stage::Stdio => {
+            return format!("could not set up the terminal session: {error}")
         }
     }
-    nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
-    nix::unistd::setsid()?;
-    // Safety: TIOCSCTTY on stdin (the slave, put there by std) with argument 0.
-    if unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    mark_cloexec_from(3);
-    Ok(())
-}
-
-/// Marks every descriptor `first` and above close-on-exec: `close_range` where the kernel has
-/// `CLOSE_RANGE_CLOEXEC`, else [`mark_listed_cloexec`]. Async-signal-safe.
-fn mark_cloexec_from(first: u32) {
-    // Safety: a raw system call with integer arguments.
-    let marked = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if marked != 0 {
-        mark_listed_cloexec(first);
-    }
-}
-
-/// Marks each descriptor `first` and above that `/proc/self/fd` lists close-on-exec, reading
-/// the directory with `getdents64` into a stack buffer (no allocation, so it may run after
-/// `fork`). Without `/proc`, marks every number from `first` up to the descriptor limit (at
-/// most 65,536). Async-signal-safe.
-fn mark_listed_cloexec(first: u32) {
-    let dir = c"/proc/self/fd";
-    // Safety: a C string literal and plain flags.
-    let dirfd = unsafe {
-        libc::open(
-            dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if dirfd < 0 {
-        mark_numbers_cloexec(first);
-        return;
-    }
-    let mut buf = [0u8; 2048];
-    loop {
-        // Safety: `buf` is writable for its length.
-        let n = unsafe { libc::syscall(libc::SYS_getdents64, dirfd, buf.as_mut_ptr(), buf.len()) };
-        if n <= 0 {
-            break;
-        }
-        for fd in dirent_numbers(&buf[..n as usize]) {
-            if fd >= first && fd as i32 != dirfd {
-                // Safety: setting a flag on a descriptor number; a closed one gives EBADF.
-                unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
-            }
-        }
-    }
-    // Safety: our own descriptor.
-    unsafe { libc::close(dirfd) };
-}
-
-/// Marks every descriptor number from `first` below the soft `RLIMIT_NOFILE` (at most 65,536)
-/// close-on-exec. Async-signal-safe.
-fn mark_numbers_cloexec(first: u32) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // Safety: `limit` is writable.
-    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur.min(65_536) as u32
+    let name = program.program.as_os_str();
+    let shown = name.to_string_lossy();
+    let path = if name.as_bytes().contains(&b'/') {
+        Some(cwd.join(name))
     } else {
-        1024
-    };
-    for fd in first..top {
-        // Safety: as in `mark_listed_cloexec`.
-        unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
-}
-
-/// The descriptor numbers named by the `linux_dirent64` records in `records` (`.` and `..`
-/// and anything not a number are skipped). Record layout (getdents64(2)): inode u64, offset
-/// i64, record length u16, type u8, then the NUL-terminated name.
-fn dirent_numbers(records: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    const NAME: usize = 19;
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        while at + NAME <= records.len() {
-            let len = u16::from_ne_bytes([records[at + 16], records[at + 17]]) as usize;
-            if len < NAME || at + len > records.len() {
-                return None;
-            }
-            let name = &records[at + NAME..at + len];
-            at += len;
-            if let Some(fd) = parse_number(name) {
-                return Some(fd);
-            }
-        }
-        None
-    })
-}
-
-/// The decimal number at the start of `name` up to its NUL, or `None` if it is not one.
-fn parse_number(name: &[u8]) -> Option<u32> {
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    let digits = &name[..end];
-    if digits.is_empty() || digits.len() > 9 {
-        return None;
-    }
-    digits.iter().try_fold(0u32, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u32::from(b - b'0'))
-    })
-}
-
-/// Says why `command` could not be started with `error`, and what to check: a program that
-/// does not exist (its path, or the `PATH` searched), a directory, a file without execute
-/// permission, or a script whose interpreter is missing.
-pub fn explain(command: &Command, error: &io::Error) -> String {
-    let program = command.get_program();
-    let shown = program.to_string_lossy();
-    let cwd = command.get_current_dir().unwrap_or(Path::new("."));
-    let path = if program.as_bytes().contains(&b'/') {
-        Some(cwd.join(program))
-    } else {
-        search_path(command).and_then(|dirs| find_in(program, &dirs))
+        search_path(program).and_then(|dirs| find_in(name, dirs))
     };
     let search = || {
-        search_path(command)
+        search_path(program)
             .map(|dirs| dirs.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "unset".into())
+            .unwrap_or_else(|| FALLBACK_PATH.into())
     };
     let executable = |p: &Path| p.is_file() && access(p, AccessFlags::X_OK).is_ok();
-    if access(cwd, AccessFlags::X_OK).is_err() {
-        return format!(
-            "could not enter the working directory {}: {error}; pass a directory you can enter \
-             as cwd",
-            cwd.display()
-        );
-    }
     match (error.kind(), &path) {
+        (io::ErrorKind::NotFound, None) if name.is_empty() => {
+            "the program name is empty; give a program".into()
+        }
         (io::ErrorKind::NotFound, None) => format!(
             "{shown} was not found in PATH ({}); install it or give its full path",
             search()
@@ -296,21 +244,13 @@ pub fn explain(command: &Command, error: &io::Error) -> String {
              system is not mounted noexec",
             p.display()
         ),
-        _ => format!("{shown}: {error} (starting it in a new terminal session failed)"),
+        _ => format!("{shown}: {error}"),
     }
 }
 
-/// The `PATH` the command's program is searched in: the command's own when it sets one, else
-/// the daemon's.
-fn search_path(command: &Command) -> Option<std::ffi::OsString> {
-    let own = command
-        .get_envs()
-        .find(|(k, _)| *k == OsStr::new("PATH"))
-        .map(|(_, v)| v.map(OsStr::to_os_string));
-    match own {
-        Some(value) => value,
-        None => std::env::var_os("PATH"),
-    }
+/// The `PATH` the program is searched in: its environment's.
+fn search_path(program: &Program) -> Option<&OsStr> {
+    program.env_var("PATH")
 }
 
 /// The first entry of `dirs` (a `PATH` value) that holds a file or directory named

@@ -6,7 +6,14 @@ use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
 
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use super::child::{dirent_numbers, mark_listed_cloexec, mark_numbers_cloexec};
 use super::*;
+use nix::libc;
 
 /// Everything the PTY's master gives until end of file (EIO), bounded so a broken spawn fails
 /// the test instead of hanging it.
@@ -28,10 +35,17 @@ fn output_of(child: Child) -> String {
     String::from_utf8_lossy(&out).replace('\r', "")
 }
 
-fn sh(script: &str) -> Command {
-    let mut command = Command::new("/bin/sh");
-    command.args(["-c", script]);
-    command
+fn program(argv: &[&str], env: &[(&str, &str)]) -> Program {
+    Program {
+        program: argv[0].into(),
+        argv: argv.iter().map(OsString::from).collect(),
+        env: env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+        cwd: "/".into(),
+    }
+}
+
+fn sh(script: &str) -> Program {
+    program(&["/bin/sh", "-c", script], &[("PATH", "/usr/bin:/bin")])
 }
 
 /// Field `n` (1-based) of `/proc/<pid>/stat` as the script prints it.
@@ -56,7 +70,7 @@ fn the_child_leads_a_session_on_its_pty_with_default_signals() {
     let mut usr2 = SigSet::empty();
     usr2.add(Signal::SIGUSR2);
     usr2.thread_block().unwrap();
-    let child = spawn(sh(&script), size);
+    let child = spawn(&sh(&script), size);
     usr2.thread_unblock().unwrap();
     let child = child.unwrap();
     let pid = child.pid;
@@ -79,7 +93,7 @@ fn descriptors_above_stderr_do_not_reach_the_child() {
     let leaky = nix::unistd::dup(file.as_fd()).unwrap(); // dup: no close-on-exec
     let n = leaky.as_raw_fd();
     let script = format!("[ -e /proc/$$/fd/{n} ] && echo fd-open || echo fd-closed");
-    let out = output_of(spawn(sh(&script), TermSize::default()).unwrap());
+    let out = output_of(spawn(&sh(&script), TermSize::default()).unwrap());
     assert!(out.contains("fd-closed"), "{out}");
 }
 
@@ -93,7 +107,8 @@ fn the_fallbacks_mark_inherited_descriptors_close_on_exec() {
     let n = leaky.as_raw_fd();
     let script = format!("[ -e /proc/$$/fd/{n} ] && echo fd-open || echo fd-closed");
     let run = |mark: Option<fn(u32)>| {
-        let mut command = sh(&script);
+        let mut command = Command::new("/bin/sh");
+        command.args(["-c", &script]);
         if let Some(mark) = mark {
             // Safety: both fallbacks are async-signal-safe (their docs).
             unsafe {
@@ -139,35 +154,42 @@ fn programs_that_cannot_start_are_explained() {
     let script = dir.path().join("no-interpreter");
     std::fs::write(&script, "#!/no/such/interpreter\n").unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let in_path = |program: &str| {
-        let mut command = Command::new(program);
-        command.env_clear().env("PATH", "/usr/bin:/bin");
-        command
-    };
+    let path = [("PATH", "/usr/bin:/bin")];
+    let at = |p: &Path| program(&[p.to_str().unwrap()], &path);
+    let mut in_missing_cwd = program(&["/bin/sh"], &path);
+    in_missing_cwd.cwd = dir.path().join("gone");
     let cases = [
         (
-            in_path("relay-no-such-program"),
+            program(&["relay-no-such-program"], &path),
             "relay-no-such-program was not found in PATH (/usr/bin:/bin)".to_string(),
         ),
         (
-            Command::new("/no/such/program"),
+            at(Path::new("/no/such/program")),
             "/no/such/program does not exist".into(),
         ),
         (
-            Command::new(dir.path()),
+            at(dir.path()),
             format!("{} is a directory", dir.path().display()),
         ),
+        (at(&plain), format!("{} is not executable", plain.display())),
         (
-            Command::new(&plain),
-            format!("{} is not executable", plain.display()),
+            at(&script),
+            format!("{} exists but its interpreter", script.display()),
         ),
         (
-            Command::new(&script),
-            format!("{} exists but its interpreter", script.display()),
+            in_missing_cwd,
+            format!(
+                "could not enter the working directory {}",
+                dir.path().join("gone").display()
+            ),
+        ),
+        (
+            program(&["sh", "nul\0byte"], &path),
+            "an argument contains a NUL byte".into(),
         ),
     ];
     for (command, want) in cases {
-        match spawn(command, TermSize::default()) {
+        match spawn(&command, TermSize::default()) {
             Err(SpawnError::Start(why)) => assert!(why.contains(&want), "{why}\nwant: {want}"),
             other => panic!("{want}: got {other:?}"),
         }

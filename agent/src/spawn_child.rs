@@ -1,0 +1,322 @@
+//! The child side of [`crate::spawn`]: everything is prepared in the daemon, then
+//! `clone(CLONE_VM | CLONE_VFORK)` runs [`child_main`] on a stack of its own, sharing the
+//! daemon's memory until `execve` (as glibc's `posix_spawn` does). No page tables are copied,
+//! whatever the daemon's size, and the calling thread waits only until the program runs.
+//!
+//! Because memory is shared, the child may only read what was prepared for it and write its
+//! failure into [`Plan::failure`]: no allocation, no locks, no unwinding, and only
+//! async-signal-safe system calls. Signals are blocked in the calling thread around the clone
+//! so that no handler of the daemon runs in the child; the child sets every signal to its
+//! default action before unblocking them.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::libc;
+
+/// Bytes of stack for [`child_main`]: its frames plus the `getdents64` buffer, with room.
+const STACK_BYTES: usize = 64 * 1024;
+
+/// Where the child stopped when it could not start the program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// `setsid` or `TIOCSCTTY`: the terminal session could not be set up.
+    Session,
+    /// `dup2` of the slave onto 0–2.
+    Stdio,
+    /// `chdir` into the working directory.
+    Cwd,
+    /// `execve` of every candidate path failed; the error is the one `execvp` would report.
+    Exec,
+}
+
+/// Everything the child needs, built before the clone.
+pub struct Plan {
+    /// The PTY's slave.
+    pub slave: RawFd,
+    /// The working directory.
+    pub cwd: CString,
+    /// Paths to try in order: the program itself when it names a path, else each `PATH` entry
+    /// joined with it (as `execvp` does).
+    pub candidates: Vec<CString>,
+    /// `argv` as C strings (`argv[0]` included).
+    pub argv: Vec<CString>,
+    /// The whole environment as `NAME=value`.
+    pub envp: Vec<CString>,
+    /// Set by the child: stage (high 32 bits, 1-based) and errno (low 32 bits); 0 = none.
+    failure: AtomicU64,
+}
+
+impl Plan {
+    /// A plan whose child has not failed (yet).
+    pub fn new(
+        slave: RawFd,
+        cwd: CString,
+        candidates: Vec<CString>,
+        argv: Vec<CString>,
+        envp: Vec<CString>,
+    ) -> Plan {
+        Plan {
+            slave,
+            cwd,
+            candidates,
+            argv,
+            envp,
+            failure: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The child's view: raw pointer arrays into a [`Plan`], built in the parent.
+struct Raw<'a> {
+    plan: &'a Plan,
+    argv: Vec<*const c_char>,
+    envp: Vec<*const c_char>,
+}
+
+/// Starts the child described by `plan` and returns its pid once it has called `execve`
+/// successfully (or exited).
+///
+/// # Errors
+/// The `clone` error (`EAGAIN`: process limit, `ENOMEM`), or the stage and errno at which the
+/// child gave up (it has exited with status 127 and been reaped).
+pub fn start(plan: &Plan) -> Result<u32, (Option<Stage>, io::Error)> {
+    let argv = null_terminated(&plan.argv);
+    let envp = null_terminated(&plan.envp);
+    let raw = Raw { plan, argv, envp };
+    let mut stack = vec![0u8; STACK_BYTES];
+    // The stack grows down on every Linux target this agent is built for; 16-byte aligned.
+    let top = (stack.as_mut_ptr() as usize + STACK_BYTES) & !15;
+
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // Safety: plain signal set operations on local memory; the clone's child runs only
+    // `child_main`, which honours the rules in the module docs, on `stack`, which outlives it
+    // (CLONE_VFORK: this thread continues only after the child's `execve` or exit).
+    let pid = unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
+        let pid = libc::clone(
+            child_main,
+            top as *mut c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &raw as *const Raw as *mut c_void,
+        );
+        let clone_error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+        if pid < 0 {
+            return Err((None, clone_error));
+        }
+        pid
+    };
+    drop(stack);
+    let failure = plan.failure.load(Ordering::Acquire);
+    if failure == 0 {
+        return Ok(pid as u32);
+    }
+    // The child exited (127) without running the program: reap it here.
+    let _ = crate::pty_io::reap(pid as u32);
+    let stage = match failure >> 32 {
+        1 => Stage::Session,
+        2 => Stage::Stdio,
+        3 => Stage::Cwd,
+        _ => Stage::Exec,
+    };
+    let errno = (failure & 0xffff_ffff) as i32;
+    Err((Some(stage), io::Error::from_raw_os_error(errno)))
+}
+
+fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect()
+}
+
+/// The child: runs on its own stack in the daemon's memory (see the module docs).
+extern "C" fn child_main(arg: *mut c_void) -> c_int {
+    // Safety: `arg` is the `Raw` the parent keeps alive while it waits (CLONE_VFORK).
+    let raw = unsafe { &*(arg as *const Raw) };
+    let plan = raw.plan;
+    let fail = |stage: u64| -> c_int {
+        // Safety: reading this thread's errno.
+        let errno = unsafe { *libc::__errno_location() } as u64;
+        plan.failure.store(stage << 32 | errno, Ordering::Release);
+        // Safety: `_exit` runs no destructors and no atexit handlers of the shared process.
+        unsafe { libc::_exit(127) }
+    };
+    reset_signal_actions();
+    // Safety: plain system calls on descriptors and C strings prepared by the parent.
+    unsafe {
+        if libc::setsid() < 0 {
+            return fail(1);
+        }
+        for target in 0..3 {
+            if libc::dup2(plan.slave, target) < 0 {
+                return fail(2);
+            }
+        }
+        if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            return fail(1);
+        }
+        if libc::chdir(plan.cwd.as_ptr()) < 0 {
+            return fail(3);
+        }
+    }
+    mark_cloexec_from(3);
+    // Safety: an empty set, then the mask (all blocked since the parent's clone) cleared.
+    unsafe {
+        let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(none.as_mut_ptr());
+        libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
+    }
+    // As execvp: try each candidate; remember EACCES, stop at an error other than "not here".
+    let mut denied = false;
+    for path in &plan.candidates {
+        // Safety: NUL-terminated arrays of C strings that live in the plan.
+        unsafe { libc::execve(path.as_ptr(), raw.argv.as_ptr(), raw.envp.as_ptr()) };
+        // Safety: reading this thread's errno.
+        let errno = unsafe { *libc::__errno_location() };
+        match errno {
+            libc::EACCES => denied = true,
+            libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            _ => return fail(4),
+        }
+    }
+    if denied {
+        // Safety: setting this thread's errno before reporting it.
+        unsafe { *libc::__errno_location() = libc::EACCES };
+    }
+    fail(4)
+}
+
+/// Sets every signal 1–64 (the real-time ones included: glibc's own `sigaction` refuses 32 and
+/// 33, which it reserves; an ignored one would stay ignored after `execve`) to its default
+/// action. The kernel's `struct sigaction` all zero is SIG_DFL with no flags and an empty mask
+/// on every architecture; the buffer is larger than any of them. Async-signal-safe.
+fn reset_signal_actions() {
+    let default = [0u64; 8];
+    for signal in 1..=64i32 {
+        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            // Safety: the kernel reads at most the size of its struct from `default`; setting
+            // the default action installs no handler. An invalid number gives EINVAL.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal as libc::c_long,
+                    default.as_ptr(),
+                    std::ptr::null_mut::<u64>(),
+                    8 as libc::size_t, // the kernel's signal set: 64 bits
+                )
+            };
+        }
+    }
+}
+
+/// Marks every descriptor `first` and above close-on-exec: `close_range` where the kernel has
+/// `CLOSE_RANGE_CLOEXEC`, else [`mark_listed_cloexec`]. Async-signal-safe.
+fn mark_cloexec_from(first: u32) {
+    // Safety: a raw system call with integer arguments.
+    let marked = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if marked != 0 {
+        mark_listed_cloexec(first);
+    }
+}
+
+/// Marks each descriptor `first` and above that `/proc/self/fd` lists close-on-exec, reading
+/// the directory with `getdents64` into a stack buffer (no allocation, so it may run after
+/// `fork`). Without `/proc`, marks every number from `first` up to the descriptor limit (at
+/// most 65,536). Async-signal-safe.
+pub(super) fn mark_listed_cloexec(first: u32) {
+    let dir = c"/proc/self/fd";
+    // Safety: a C string literal and plain flags.
+    let dirfd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if dirfd < 0 {
+        mark_numbers_cloexec(first);
+        return;
+    }
+    let mut buf = [0u8; 2048];
+    loop {
+        // Safety: `buf` is writable for its length.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, dirfd, buf.as_mut_ptr(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        for fd in dirent_numbers(&buf[..n as usize]) {
+            if fd >= first && fd as i32 != dirfd {
+                // Safety: setting a flag on a descriptor number; a closed one gives EBADF.
+                unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+        }
+    }
+    // Safety: our own descriptor.
+    unsafe { libc::close(dirfd) };
+}
+
+/// Marks every descriptor number from `first` below the soft `RLIMIT_NOFILE` (at most 65,536)
+/// close-on-exec. Async-signal-safe.
+pub(super) fn mark_numbers_cloexec(first: u32) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // Safety: `limit` is writable.
+    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        limit.rlim_cur.min(65_536) as u32
+    } else {
+        1024
+    };
+    for fd in first..top {
+        // Safety: as in `mark_listed_cloexec`.
+        unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+/// The descriptor numbers named by the `linux_dirent64` records in `records` (`.` and `..`
+/// and anything not a number are skipped). Record layout (getdents64(2)): inode u64, offset
+/// i64, record length u16, type u8, then the NUL-terminated name.
+pub(super) fn dirent_numbers(records: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    const NAME: usize = 19;
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at + NAME <= records.len() {
+            let len = u16::from_ne_bytes([records[at + 16], records[at + 17]]) as usize;
+            if len < NAME || at + len > records.len() {
+                return None;
+            }
+            let name = &records[at + NAME..at + len];
+            at += len;
+            if let Some(fd) = parse_number(name) {
+                return Some(fd);
+            }
+        }
+        None
+    })
+}
+
+/// The decimal number at the start of `name` up to its NUL, or `None` if it is not one.
+fn parse_number(name: &[u8]) -> Option<u32> {
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let digits = &name[..end];
+    if digits.is_empty() || digits.len() > 9 {
+        return None;
+    }
+    digits.iter().try_fold(0u32, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u32::from(b - b'0'))
+    })
+}
