@@ -343,6 +343,42 @@ mod tests {
         assert!(matches!(prepare(&spec), Err(ErrorReply::BadRequest { .. })));
     }
 
+    /// An empty command is the login shell, started as one (argv0 `-<name>`, as login and sshd
+    /// do); a `SHELL` in the spec picks it and replaces the clean environment's value once.
+    #[test]
+    fn the_login_shell_gets_a_dash_argv0_and_spec_variables_win_once() {
+        let spec = SpawnSpec {
+            env: vec![
+                ("SHELL".into(), "/bin/sh".into()),
+                ("EXTRA".into(), "1".into()),
+            ],
+            ..SpawnSpec::default()
+        };
+        let prepared = prepare(&spec).unwrap();
+        let program = &prepared.program;
+        assert_eq!(program.program, OsString::from("/bin/sh"));
+        assert_eq!(program.argv, [OsString::from("-sh")]);
+        assert_eq!(prepared.command, ["/bin/sh", "-l"]);
+        let shells: Vec<_> = program.env.iter().filter(|(k, _)| k == "SHELL").collect();
+        assert_eq!(shells.len(), 1, "{:?}", program.env);
+        assert_eq!(
+            program.env_var("SHELL"),
+            Some(std::ffi::OsStr::new("/bin/sh"))
+        );
+        assert_eq!(program.env_var("EXTRA"), Some(std::ffi::OsStr::new("1")));
+
+        let command = SpawnSpec {
+            command: vec!["printf".into(), "%s".into(), "a b".into()],
+            ..SpawnSpec::default()
+        };
+        let prepared = prepare(&command).unwrap();
+        assert_eq!(prepared.program.program, OsString::from("printf"));
+        assert_eq!(
+            prepared.program.argv,
+            ["printf", "%s", "a b"].map(OsString::from)
+        );
+    }
+
     #[test]
     fn an_empty_program_name_is_refused() {
         let spec = SpawnSpec {

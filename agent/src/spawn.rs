@@ -6,7 +6,8 @@
 //!   thread never inherits this pair.
 //! - The child is started with `clone(CLONE_VM | CLONE_VFORK)` (`spawn_child.rs`), like
 //!   glibc's `posix_spawn`: no copy of the daemon's page tables (a `fork` of an agent holding
-//!   1,000 PTYs copies ~80 MiB of mappings and then takes copy-on-write faults). Before
+//!   1,000 PTYs copies ~80 MiB of mappings and then takes copy-on-write faults); `fork` on
+//!   glibc before 2.24, whose `clone` wrapper breaks the caller with `CLONE_VM`. Before
 //!   `execve`, the child, in order:
 //!   1. sets every signal to its default action (the daemon ignores `SIGHUP`, and tokio
 //!      installs handlers; a shell must see `SIGHUP` when its terminal goes, as with sshd);
@@ -105,10 +106,15 @@ pub enum SpawnError {
 /// missing, a working directory that cannot be entered, or a NUL byte in an argument, each
 /// named with its path or the `PATH` searched ([`explain`]). Nothing keeps running then.
 pub fn spawn(program: &Program, size: TermSize) -> Result<Child, SpawnError> {
+    spawn_with(program, size, child::how())
+}
+
+/// [`spawn`], with the child created `how`.
+fn spawn_with(program: &Program, size: TermSize, how: child::How) -> Result<Child, SpawnError> {
     let plan_of = |slave| plan(program, slave).map_err(SpawnError::Start);
     let (master, slave) = open_pair(size).map_err(SpawnError::Pty)?;
     let plan = plan_of(slave.as_raw_fd())?;
-    let started = child::start(&plan);
+    let started = child::start(&plan, how);
     // The slave's last copy in this process: the master reads EIO once the child's are gone.
     drop(slave);
     match started {
@@ -130,6 +136,9 @@ fn plan(program: &Program, slave: std::os::fd::RawFd) -> Result<child::Plan, Str
         CString::new(s).map_err(|_| format!("{what} contains a NUL byte; remove it"))
     };
     let name = program.program.as_bytes();
+    if name.contains(&0) {
+        return Err("the program name contains a NUL byte; remove it".into());
+    }
     let candidates = if name.contains(&b'/') {
         vec![c("the program path", name.to_vec())?]
     } else if name.is_empty() {
@@ -154,9 +163,16 @@ fn plan(program: &Program, slave: std::os::fd::RawFd) -> Result<child::Plan, Str
         .iter()
         .map(|a| c("an argument", a.as_bytes().to_vec()))
         .collect::<Result<Vec<_>, _>>()?;
-    let envp = program
-        .env
-        .iter()
+    // One value per name, the last one given (as `Program::env_var` reads it).
+    let mut env: Vec<&(OsString, OsString)> = Vec::new();
+    for pair in program.env.iter().rev() {
+        if !env.iter().any(|(k, _)| *k == pair.0) {
+            env.push(pair);
+        }
+    }
+    env.reverse();
+    let envp = env
+        .into_iter()
         .map(|(k, v)| {
             let mut pair = k.as_bytes().to_vec();
             pair.push(b'=');
@@ -248,9 +264,9 @@ pub fn explain(program: &Program, stage: Stage, error: &io::Error) -> String {
     }
 }
 
-/// The `PATH` the program is searched in: its environment's.
+/// The `PATH` the program is searched in: its environment's, else [`FALLBACK_PATH`].
 fn search_path(program: &Program) -> Option<&OsStr> {
-    program.env_var("PATH")
+    program.env_var("PATH").or(Some(OsStr::new(FALLBACK_PATH)))
 }
 
 /// The first entry of `dirs` (a `PATH` value) that holds a file or directory named

@@ -5,13 +5,17 @@
 //!
 //! Because memory is shared, the child may only read what was prepared for it and write its
 //! failure into [`Plan::failure`]: no allocation, no locks, no unwinding, and only
-//! async-signal-safe system calls. Signals are blocked in the calling thread around the clone
-//! so that no handler of the daemon runs in the child; the child sets every signal to its
-//! default action before unblocking them.
+//! async-signal-safe system calls. Every signal (libc's internal ones included) is blocked in
+//! the calling thread around the clone so that no handler of the daemon runs in the child; the
+//! child sets every signal to its default action before unblocking them.
+//!
+//! On glibc before 2.24 (CentOS 7, Ubuntu 16.04) the `clone` wrapper is not safe with
+//! `CLONE_VM` ([`How::Fork`]): there the child is forked as before, runs the same
+//! [`child_main`], and reports a failure through a close-on-exec pipe.
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::libc;
@@ -74,45 +78,100 @@ struct Raw<'a> {
     plan: &'a Plan,
     argv: Vec<*const c_char>,
     envp: Vec<*const c_char>,
+    /// The write end of the report pipe ([`How::Fork`]), or -1.
+    report: RawFd,
 }
 
-/// Starts the child described by `plan` and returns its pid once it has called `execve`
-/// successfully (or exited).
+/// How the child is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// `clone(CLONE_VM | CLONE_VFORK)`: no copy of the daemon's memory.
+    Vfork,
+    /// `fork`, with the failure reported through a close-on-exec pipe: for glibc before 2.24,
+    /// whose `clone` wrapper writes the child's pid and tid into the *calling* thread's cached
+    /// ids when `CLONE_VM` is set (glibc bug 19957), which breaks that thread's recursive
+    /// mutexes and `raise` for the rest of its life.
+    Fork,
+}
+
+/// [`How::Vfork`] where the C library's `clone` is safe with `CLONE_VM` (musl; glibc 2.24 or
+/// later), else [`How::Fork`]. Decided once.
+pub fn how() -> How {
+    static HOW: std::sync::OnceLock<How> = std::sync::OnceLock::new();
+    *HOW.get_or_init(|| {
+        #[cfg(target_env = "gnu")]
+        {
+            // Safety: returns a static NUL-terminated string such as "2.36".
+            let version = unsafe { std::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+            let minor = version
+                .to_str()
+                .ok()
+                .and_then(|v| v.strip_prefix("2."))
+                .and_then(|m| m.split('.').next()?.parse::<u32>().ok());
+            if minor.is_none_or(|m| m < 24) {
+                return How::Fork;
+            }
+        }
+        How::Vfork
+    })
+}
+
+/// Starts the child described by `plan`, created `how`, and returns its pid once it has called
+/// `execve` successfully.
 ///
 /// # Errors
-/// The `clone` error (`EAGAIN`: process limit, `ENOMEM`), or the stage and errno at which the
-/// child gave up (it has exited with status 127 and been reaped).
-pub fn start(plan: &Plan) -> Result<u32, (Option<Stage>, io::Error)> {
+/// The `clone`/`fork` error (`EAGAIN`: process limit, `ENOMEM`), or the stage and errno at
+/// which the child gave up (it has exited with status 127 and been reaped).
+pub fn start(plan: &Plan, how: How) -> Result<u32, (Option<Stage>, io::Error)> {
     let argv = null_terminated(&plan.argv);
     let envp = null_terminated(&plan.envp);
-    let raw = Raw { plan, argv, envp };
-    let mut stack = vec![0u8; STACK_BYTES];
-    // The stack grows down on every Linux target this agent is built for; 16-byte aligned.
-    let top = (stack.as_mut_ptr() as usize + STACK_BYTES) & !15;
-
-    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    let mut old = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // Safety: plain signal set operations on local memory; the clone's child runs only
-    // `child_main`, which honours the rules in the module docs, on `stack`, which outlives it
-    // (CLONE_VFORK: this thread continues only after the child's `execve` or exit).
-    let pid = unsafe {
-        libc::sigfillset(all.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), old.as_mut_ptr());
-        let pid = libc::clone(
-            child_main,
-            top as *mut c_void,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            &raw as *const Raw as *mut c_void,
-        );
-        let clone_error = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
-        if pid < 0 {
-            return Err((None, clone_error));
+    let report = match how {
+        How::Vfork => None,
+        How::Fork => {
+            Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| (None, e.into()))?)
         }
-        pid
     };
+    let raw = Raw {
+        plan,
+        argv,
+        envp,
+        report: report.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
+    };
+    let stack = match how {
+        How::Vfork => Some(Stack::new().map_err(|e| (None, e))?),
+        How::Fork => None,
+    };
+    let old = block_all_signals();
+    // Safety: the child runs only `child_main`, which honours the rules in the module docs.
+    // Vfork: on `stack`, which outlives it (this thread continues only after the child's
+    // `execve` or exit). Fork: in its own copy of the memory.
+    let pid = unsafe {
+        match &stack {
+            Some(stack) => libc::clone(
+                child_main,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                &raw as *const Raw as *mut c_void,
+            ),
+            None => match libc::fork() {
+                0 => child_main(&raw as *const Raw as *mut c_void),
+                pid => pid,
+            },
+        }
+    };
+    let start_error = io::Error::last_os_error();
+    restore_signals(old);
     drop(stack);
-    let failure = plan.failure.load(Ordering::Acquire);
+    if pid < 0 {
+        return Err((None, start_error));
+    }
+    let failure = match report {
+        None => plan.failure.load(Ordering::Acquire),
+        Some((read, write)) => {
+            drop(write);
+            read_failure(read)
+        }
+    };
     if failure == 0 {
         return Ok(pid as u32);
     }
@@ -128,6 +187,98 @@ pub fn start(plan: &Plan) -> Result<u32, (Option<Stage>, io::Error)> {
     Err((Some(stage), io::Error::from_raw_os_error(errno)))
 }
 
+/// What a forked child wrote to its report pipe: 0 when it reached `execve` (end of file).
+fn read_failure(read: OwnedFd) -> u64 {
+    let mut file = std::fs::File::from(read);
+    let mut bytes = [0u8; 8];
+    match std::io::Read::read_exact(&mut file, &mut bytes) {
+        Ok(()) => u64::from_ne_bytes(bytes),
+        Err(_) => 0,
+    }
+}
+
+/// Blocks every signal in this thread, libc's internal ones included (glibc's `sigfillset` and
+/// `pthread_sigmask` leave out 32 and 33), with the raw system call as glibc's `posix_spawn`
+/// does. Returns the previous mask.
+fn block_all_signals() -> u64 {
+    let all = !0u64;
+    let mut old = 0u64;
+    // Safety: 8-byte kernel signal sets in local memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as libc::c_long,
+            &all as *const u64,
+            &mut old as *mut u64,
+            8 as libc::size_t,
+        )
+    };
+    old
+}
+
+/// Puts back the mask [`block_all_signals`] returned (or, in the child, clears it with 0).
+fn restore_signals(mask: u64) {
+    // Safety: as in `block_all_signals`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK as libc::c_long,
+            &mask as *const u64,
+            std::ptr::null_mut::<u64>(),
+            8 as libc::size_t,
+        )
+    };
+}
+
+/// The child's stack: anonymous memory with an inaccessible lowest page, so an overflow ends
+/// the child with SIGSEGV instead of writing into the daemon's heap.
+struct Stack {
+    base: *mut c_void,
+    len: usize,
+}
+
+impl Stack {
+    fn new() -> io::Result<Stack> {
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .map_or(4096, |p| p as usize);
+        let len = STACK_BYTES + page;
+        // Safety: a fresh private anonymous mapping; the guard page is inside it.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let stack = Stack { base, len };
+            if libc::mprotect(base, page, libc::PROT_NONE) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(stack)
+        }
+    }
+
+    /// The highest address, 16-byte aligned (the stack grows down on every Linux target this
+    /// agent is built for).
+    fn top(&self) -> *mut c_void {
+        ((self.base as usize + self.len) & !15) as *mut c_void
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // Safety: our own mapping, no longer used (the child has exec'd or exited).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
 fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
     strings
         .iter()
@@ -136,15 +287,23 @@ fn null_terminated(strings: &[CString]) -> Vec<*const c_char> {
         .collect()
 }
 
-/// The child: runs on its own stack in the daemon's memory (see the module docs).
+/// The child: runs on its own stack in the daemon's memory, or in a forked copy (see the
+/// module docs).
 extern "C" fn child_main(arg: *mut c_void) -> c_int {
-    // Safety: `arg` is the `Raw` the parent keeps alive while it waits (CLONE_VFORK).
+    // Safety: `arg` is the `Raw` the parent keeps alive while it waits (CLONE_VFORK), or this
+    // process's copy of it (fork).
     let raw = unsafe { &*(arg as *const Raw) };
     let plan = raw.plan;
     let fail = |stage: u64| -> c_int {
         // Safety: reading this thread's errno.
         let errno = unsafe { *libc::__errno_location() } as u64;
-        plan.failure.store(stage << 32 | errno, Ordering::Release);
+        let failure = stage << 32 | errno;
+        plan.failure.store(failure, Ordering::Release);
+        if raw.report >= 0 {
+            let bytes = failure.to_ne_bytes();
+            // Safety: writing 8 bytes from the stack to our pipe.
+            unsafe { libc::write(raw.report, bytes.as_ptr() as *const c_void, 8) };
+        }
         // Safety: `_exit` runs no destructors and no atexit handlers of the shared process.
         unsafe { libc::_exit(127) }
     };
@@ -155,7 +314,13 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
             return fail(1);
         }
         for target in 0..3 {
-            if libc::dup2(plan.slave, target) < 0 {
+            // dup2 onto itself keeps close-on-exec: clear it instead.
+            let moved = if plan.slave == target {
+                libc::fcntl(target, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(plan.slave, target)
+            };
+            if moved < 0 {
                 return fail(2);
             }
         }
@@ -167,14 +332,11 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         }
     }
     mark_cloexec_from(3);
-    // Safety: an empty set, then the mask (all blocked since the parent's clone) cleared.
-    unsafe {
-        let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(none.as_mut_ptr());
-        libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
-    }
+    restore_signals(0);
     // As execvp: try each candidate; remember EACCES, stop at an error other than "not here".
     let mut denied = false;
+    // Safety: setting this thread's errno (what no candidate at all reports).
+    unsafe { *libc::__errno_location() = libc::ENOENT };
     for path in &plan.candidates {
         // Safety: NUL-terminated arrays of C strings that live in the plan.
         unsafe { libc::execve(path.as_ptr(), raw.argv.as_ptr(), raw.envp.as_ptr()) };
@@ -241,11 +403,13 @@ pub(super) fn mark_listed_cloexec(first: u32) {
     let dir = c"/proc/self/fd";
     // Safety: a C string literal and plain flags.
     let dirfd = unsafe {
-        libc::open(
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD as libc::c_long,
             dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as libc::c_long,
         )
-    };
+    } as c_int;
     if dirfd < 0 {
         mark_numbers_cloexec(first);
         return;
@@ -265,7 +429,7 @@ pub(super) fn mark_listed_cloexec(first: u32) {
         }
     }
     // Safety: our own descriptor.
-    unsafe { libc::close(dirfd) };
+    unsafe { libc::syscall(libc::SYS_close, dirfd as libc::c_long) };
 }
 
 /// Marks every descriptor number from `first` below the soft `RLIMIT_NOFILE` (at most 65,536)

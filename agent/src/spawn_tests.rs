@@ -11,7 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use super::child::{dirent_numbers, mark_listed_cloexec, mark_numbers_cloexec};
+use super::child::{dirent_numbers, mark_listed_cloexec, mark_numbers_cloexec, How};
 use super::*;
 use nix::libc;
 
@@ -44,6 +44,9 @@ fn program(argv: &[&str], env: &[(&str, &str)]) -> Program {
     }
 }
 
+/// Both ways of creating the child, whichever this C library gets by default.
+const BOTH: [How; 2] = [How::Vfork, How::Fork];
+
 fn sh(script: &str) -> Program {
     program(&["/bin/sh", "-c", script], &[("PATH", "/usr/bin:/bin")])
 }
@@ -61,7 +64,8 @@ fn the_child_leads_a_session_on_its_pty_with_default_signals() {
     let script = format!(
         "{STAT}; echo \"pid=$pid pgrp=$pgrp sid=$sid tty=$tty\"; stty size; \
          (: </dev/tty) 2>/dev/null && echo ctty=yes || echo ctty=no; \
-         grep -E '^Sig(Ign|Blk)' /proc/$$/status"
+         while read -r k v; do case $k in SigIgn:|SigBlk:) echo \"$k=$v\";; esac; \
+         done < /proc/$$/status"
     );
     let size = TermSize { cols: 91, rows: 17 };
     let unused = libc::SIGRTMIN() + 5;
@@ -69,21 +73,26 @@ fn the_child_leads_a_session_on_its_pty_with_default_signals() {
     unsafe { libc::signal(unused, libc::SIG_IGN) };
     let mut usr2 = SigSet::empty();
     usr2.add(Signal::SIGUSR2);
-    usr2.thread_block().unwrap();
-    let child = spawn(&sh(&script), size);
-    usr2.thread_unblock().unwrap();
-    let child = child.unwrap();
-    let pid = child.pid;
-    let out = output_of(child);
-    assert!(
-        out.contains(&format!("pid={pid} pgrp={pid} sid={pid} tty=")),
-        "{out}"
-    );
-    assert!(!out.contains("tty=0\n"), "a controlling terminal: {out}");
-    assert!(out.contains("ctty=yes"), "/dev/tty opens: {out}");
-    assert!(out.contains("17 91\n"), "rows × columns: {out}");
-    assert!(out.contains("SigIgn:\t0000000000000000"), "{out}");
-    assert!(out.contains("SigBlk:\t0000000000000000"), "{out}");
+    for how in BOTH {
+        usr2.thread_block().unwrap();
+        let child = spawn_with(&sh(&script), size, how);
+        usr2.thread_unblock().unwrap();
+        let child = child.unwrap();
+        let pid = child.pid;
+        let out = output_of(child);
+        assert!(
+            out.contains(&format!("pid={pid} pgrp={pid} sid={pid} tty=")),
+            "{how:?}: {out}"
+        );
+        assert!(
+            !out.contains("tty=0\n"),
+            "{how:?}: a controlling terminal: {out}"
+        );
+        assert!(out.contains("ctty=yes"), "{how:?}: /dev/tty opens: {out}");
+        assert!(out.contains("17 91\n"), "{how:?}: rows × columns: {out}");
+        assert!(out.contains("SigIgn:=0000000000000000"), "{how:?}: {out}");
+        assert!(out.contains("SigBlk:=0000000000000000"), "{how:?}: {out}");
+    }
 }
 
 /// A descriptor the daemon holds without close-on-exec does not reach the child.
@@ -93,12 +102,14 @@ fn descriptors_above_stderr_do_not_reach_the_child() {
     let leaky = nix::unistd::dup(file.as_fd()).unwrap(); // dup: no close-on-exec
     let n = leaky.as_raw_fd();
     let script = format!("[ -e /proc/$$/fd/{n} ] && echo fd-open || echo fd-closed");
-    let out = output_of(spawn(&sh(&script), TermSize::default()).unwrap());
-    assert!(out.contains("fd-closed"), "{out}");
+    for how in BOTH {
+        let out = output_of(spawn_with(&sh(&script), TermSize::default(), how).unwrap());
+        assert!(out.contains("fd-closed"), "{how:?}: {out}");
+    }
 }
 
-/// The fallbacks for kernels without `CLOSE_RANGE_CLOEXEC` (Linux < 5.11), run where they
-/// would run (after `fork`): each marks the descriptor that the child would otherwise inherit;
+/// The fallbacks for kernels without `CLOSE_RANGE_CLOEXEC` (Linux < 5.11), run after `fork`
+/// (as in [`How::Fork`]; a vfork child runs the same code on its own stack): each marks the descriptor that the child would otherwise inherit;
 /// without either, it is inherited (so the check can tell).
 #[test]
 fn the_fallbacks_mark_inherited_descriptors_close_on_exec() {
@@ -188,10 +199,28 @@ fn programs_that_cannot_start_are_explained() {
             "an argument contains a NUL byte".into(),
         ),
     ];
-    for (command, want) in cases {
-        match spawn(&command, TermSize::default()) {
-            Err(SpawnError::Start(why)) => assert!(why.contains(&want), "{why}\nwant: {want}"),
-            other => panic!("{want}: got {other:?}"),
+    for how in BOTH {
+        for (command, want) in &cases {
+            match spawn_with(command, TermSize::default(), how) {
+                Err(SpawnError::Start(why)) => {
+                    assert!(why.contains(want), "{how:?}: {why}\nwant: {want}")
+                }
+                other => panic!("{how:?}: {want}: got {other:?}"),
+            }
         }
     }
+    // Each failed child was reaped: none is left as a zombie of this process. A child that
+    // never reached `execve` still has the name of the thread that started it, this test's.
+    let me = std::process::id();
+    let comm = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+    let ours = comm(format!("/proc/self/task/{}/comm", nix::unistd::gettid()));
+    let zombies = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| crate::procfs::stat(pid).map(|st| (pid, st)))
+        .filter(|(pid, st)| {
+            st.ppid == me && st.is_gone() && comm(format!("/proc/{pid}/comm")) == ours
+        })
+        .count();
+    assert_eq!(zombies, 0, "failed children are reaped");
 }
