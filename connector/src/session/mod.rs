@@ -174,8 +174,8 @@ impl Session {
         );
         let (requests, rx) = mpsc::channel(REQUEST_QUEUE);
         let shared = Arc::new(Shared::new(requests.downgrade(), max_frame as usize));
-        // The policy went out behind the hello; its reply is waited for before the read loop
-        // can deliver it.
+        // The policy went out behind the hello: its reply is registered before the read loop
+        // starts, so the loop cannot deliver it to nobody.
         let policy_reply = match policy {
             Some(_) => {
                 let (tx, rx) = oneshot::channel();
