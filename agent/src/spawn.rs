@@ -20,8 +20,8 @@
 //!      answer `ENOSYS` or `EINVAL`: the descriptors listed in `/proc/self/fd` are marked one
 //!      by one instead, read with `getdents64` into a buffer on the stack;
 //!   5. unblocks every signal and runs the program, looked up in the environment's `PATH` as
-//!      `execvp` does (a file without `#!` that the kernel cannot run is not retried with
-//!      `/bin/sh`).
+//!      `execvp` does; a file the kernel cannot run (no `#!` line) is run by `/bin/sh`, as
+//!      `execvp` does too.
 //!
 //! portable-pty forked, swept `/proc/self/fd` through `std::fs::read_dir` in the child
 //! (allocating after `fork`) and closed each descriptor with its own system call (about 5 µs
@@ -35,6 +35,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{open, OFlag};
+use nix::libc;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
 use nix::sys::stat::Mode;
 use nix::unistd::{access, AccessFlags};
@@ -251,6 +252,12 @@ pub fn explain(program: &Program, stage: Stage, error: &io::Error) -> String {
         (io::ErrorKind::NotFound, Some(p)) if executable(p) => format!(
             "{} exists but its interpreter (the #! line) or loader is missing: {error}",
             p.display()
+        ),
+        _ if error.raw_os_error() == Some(libc::ENOEXEC) => format!(
+            "{} is not a program this host can run ({error}), and /bin/sh could not run it as \
+             a script; give a script a first line such as #!/bin/sh, or build the program for \
+             this machine",
+            path.as_deref().unwrap_or(Path::new(name)).display()
         ),
         (io::ErrorKind::PermissionDenied, Some(p)) if p.is_dir() => {
             format!("{} is a directory, not a program", p.display())

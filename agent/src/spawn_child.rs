@@ -73,11 +73,18 @@ impl Plan {
     }
 }
 
+/// The shell that runs a file the kernel cannot execute (`ENOEXEC`: no `#!` line), as
+/// `execvp` does it (POSIX `exec`, glibc's `maybe_script_execute`).
+const SCRIPT_SHELL: &std::ffi::CStr = c"/bin/sh";
+
 /// The child's view: raw pointer arrays into a [`Plan`], built in the parent.
 struct Raw<'a> {
     plan: &'a Plan,
     argv: Vec<*const c_char>,
     envp: Vec<*const c_char>,
+    /// For each candidate, the argument vector that runs it with [`SCRIPT_SHELL`]:
+    /// `/bin/sh <candidate> argv[1..]`, as `execvp` builds it.
+    scripts: Vec<Vec<*const c_char>>,
     /// The write end of the report pipe ([`How::Fork`]), or -1.
     report: RawFd,
 }
@@ -125,6 +132,17 @@ pub fn how() -> How {
 pub fn start(plan: &Plan, how: How) -> Result<u32, (Option<Stage>, io::Error)> {
     let argv = null_terminated(&plan.argv);
     let envp = null_terminated(&plan.envp);
+    let scripts = plan
+        .candidates
+        .iter()
+        .map(|path| {
+            [SCRIPT_SHELL.as_ptr(), path.as_ptr()]
+                .into_iter()
+                .chain(plan.argv.iter().skip(1).map(|a| a.as_ptr()))
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        })
+        .collect();
     let report = match how {
         How::Vfork => None,
         How::Fork => {
@@ -135,6 +153,7 @@ pub fn start(plan: &Plan, how: How) -> Result<u32, (Option<Stage>, io::Error)> {
         plan,
         argv,
         envp,
+        scripts,
         report: report.as_ref().map_or(-1, |(_, w)| w.as_raw_fd()),
     };
     let stack = match how {
@@ -334,10 +353,12 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
     mark_cloexec_from(3);
     restore_signals(0);
     // As execvp: try each candidate; remember EACCES, stop at an error other than "not here".
+    // A file the kernel cannot run (no `#!`) is run by /bin/sh instead; when that fails too,
+    // the error reported is the file's own (ENOEXEC), which names the fix.
     let mut denied = false;
     // Safety: setting this thread's errno (what no candidate at all reports).
     unsafe { *libc::__errno_location() = libc::ENOENT };
-    for path in &plan.candidates {
+    for (path, script) in plan.candidates.iter().zip(&raw.scripts) {
         // Safety: NUL-terminated arrays of C strings that live in the plan.
         unsafe { libc::execve(path.as_ptr(), raw.argv.as_ptr(), raw.envp.as_ptr()) };
         // Safety: reading this thread's errno.
@@ -345,6 +366,14 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         match errno {
             libc::EACCES => denied = true,
             libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+            libc::ENOEXEC => {
+                // Safety: as above; the script's vector was built by the parent.
+                unsafe {
+                    libc::execve(SCRIPT_SHELL.as_ptr(), script.as_ptr(), raw.envp.as_ptr());
+                    *libc::__errno_location() = libc::ENOEXEC;
+                }
+                return fail(4);
+            }
             _ => return fail(4),
         }
     }

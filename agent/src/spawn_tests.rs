@@ -224,3 +224,40 @@ fn programs_that_cannot_start_are_explained() {
         .count();
     assert_eq!(zombies, 0, "failed children are reaped");
 }
+
+/// A file the kernel cannot run (no `#!` line) is run by /bin/sh, as `execvp` does, whether it
+/// is named by its path or found in `PATH`, with its arguments; the old agent (std's `execvp`)
+/// did the same, so a command such as `pane.open` with `["./build.sh", "fast"]` still works.
+#[test]
+fn a_file_without_an_interpreter_line_is_run_by_sh() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("no-hash-bang");
+    std::fs::write(&script, "echo \"ran by sh with $1 as $0\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let search = format!("{}:/usr/bin:/bin", dir.path().display());
+    let by_path = program(
+        &[script.to_str().unwrap(), "one"],
+        &[("PATH", "/usr/bin:/bin")],
+    );
+    let by_name = program(&["no-hash-bang", "one"], &[("PATH", &search)]);
+    for how in BOTH {
+        for command in [&by_path, &by_name] {
+            let out = output_of(spawn_with(command, TermSize::default(), how).unwrap());
+            let want = format!("ran by sh with one as {}", script.display());
+            assert!(out.contains(&want), "{how:?}: {out}");
+        }
+    }
+    // Where /bin/sh could not run it either, the message says what the file needs.
+    let why = explain(
+        &by_path,
+        Stage::Exec,
+        &io::Error::from_raw_os_error(libc::ENOEXEC),
+    );
+    assert!(
+        why.contains(&format!(
+            "{} is not a program this host can run",
+            script.display()
+        )) && why.contains("#!/bin/sh"),
+        "{why}"
+    );
+}
