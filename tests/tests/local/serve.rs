@@ -399,3 +399,30 @@ fn rule_a_input_accepted_before_the_app_quits_is_delivered() {
         "{leases:?}"
     );
 }
+
+/// A `pane.open` written right behind its `host.open`, without waiting for the answer (as the
+/// README's example does), finds the host: `host.open` is carried out before the next line is
+/// read. Repeated: when the two calls ran concurrently,
+/// `pane.open` answered `unknown_host` once in a few dozen runs here.
+#[test]
+fn a_pane_open_may_follow_its_host_open_without_waiting() {
+    let home = TestHome::new();
+    for round in 0..50 {
+        let mut app = sidecar(&home);
+        let host = json!({"jsonrpc": "2.0", "id": 1, "method": "host.open",
+                          "params": {"destination": "local"}});
+        let tab = format!("t{round}");
+        let open = json!({"jsonrpc": "2.0", "id": 2, "method": "pane.open",
+                          "params": {"host": "h1", "pane": pane("w", &tab),
+                                     "command": ["sh", "-c", "echo opened-$((40+2)); sleep 30"]}});
+        app.send_line(format!("{host}\n{open}").as_bytes());
+        let opened = app.answer(&json!(2));
+        let binding = match opened {
+            Ok(r) => r["binding"].clone(),
+            Err(e) => panic!("round {round}: pane.open right behind host.open: {e}"),
+        };
+        assert_eq!(app.answer(&json!(1)).unwrap()["host"], "h1");
+        app.read_until(&binding, "opened-42");
+        assert_eq!(app.close(), Some(0));
+    }
+}

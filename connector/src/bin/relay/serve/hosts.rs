@@ -3,6 +3,7 @@
 //! the app.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use relay_connector::ssh::{DeployEvent, SshTransport, UnknownHostKey};
@@ -51,7 +52,7 @@ impl Server {
         if let Some((id, _)) = hosts.iter().find(|(_, h)| h.destination == destination) {
             return Ok(json!({"host": id, "existing": true}));
         }
-        let id = format!("h{}", self.next_id());
+        let id = format!("h{}", self.next_host.fetch_add(1, Ordering::Relaxed));
         let transport: Box<dyn Transport> = if destination == "local" {
             Box::new(LocalTransport::new())
         } else {

@@ -73,6 +73,9 @@ pub struct Server {
     hosts: Mutex<HashMap<String, HostEntry>>,
     panes: Mutex<HashMap<(String, PtyId), PaneEntry>>,
     next_id: AtomicU64,
+    /// The number of the next host opened: `h1`, `h2`, … in the order of the `host.open`
+    /// lines (docs/embedding.md).
+    next_host: AtomicU64,
     /// Calls running on their own tasks.
     calls: tokio_util::task::TaskTracker,
 }
@@ -123,8 +126,10 @@ impl From<Value> for Answer {
 type Outcome = Result<Answer, RpcError>;
 
 /// Methods answered on the reader loop itself, in the order they arrive (input must keep its
-/// order; these never wait).
+/// order; these never wait). `host.open` is one so that a call naming its host may follow it
+/// without waiting for its answer: the host exists before the next line is read.
 const INLINE: &[&str] = &[
+    "host.open",
     "pane.input",
     "pane.ack",
     "pane.resize",
@@ -139,6 +144,7 @@ impl Server {
             hosts: Mutex::new(HashMap::new()),
             panes: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            next_host: AtomicU64::new(1),
             calls: tokio_util::task::TaskTracker::new(),
         }
     }
@@ -215,6 +221,7 @@ impl Server {
 
     fn call_inline(&self, method: &str, p: Params<'_>) -> Result<Value, RpcError> {
         match method {
+            "host.open" => self.host_open(p),
             "pane.input" => self.pane_input(p),
             "pane.ack" => self.pane_ack(p),
             "pane.resize" => self.pane_resize(p),
@@ -226,7 +233,6 @@ impl Server {
 
     async fn call(self: &Arc<Self>, method: &str, p: Params<'_>) -> Outcome {
         match method {
-            "host.open" => self.host_open(p).map(Answer::from),
             "host.close" => self.host_close(p).await.map(Answer::from),
             "workspace.hydrate" => self.hydrate(p).await.map(Answer::from),
             "workspace.kill_all" => self.kill_all(p).await.map(Answer::from),
