@@ -6,7 +6,8 @@
 //! - `cwd`: must be an existing directory, checked here and refused with
 //!   [`ErrorReply::SpawnFailed`] naming the path (never a silent fall back to the home
 //!   directory). `~` and `~/...` expand to the home directory; relative paths are taken from the
-//!   home directory.
+//!   home directory. The home directory is the program's `HOME` (below) when that is a
+//!   directory, else the passwd entry's.
 //! - A clean environment, like sshd gives a login (see [`clean_env`]): `HOME`, `USER`, `LOGNAME`,
 //!   `SHELL`, `PATH`, `TERM` (from the spec; default `xterm-256color`, also for an empty one),
 //!   `LANG` and `LC_*` and `XDG_RUNTIME_DIR` when the daemon has them, then the spec's extra
@@ -47,13 +48,12 @@ pub struct Prepared {
 /// or NUL.
 pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
     let user = User::from_uid(Uid::current()).ok().flatten();
-    let home = user
+    let passwd_home = user
         .as_ref()
         .map(|u| u.dir.clone())
         .filter(|d| d.is_dir())
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("/"));
-    let cwd = resolve_cwd(spec.cwd.as_deref(), &home)?;
 
     let requested = spec.env.iter().find(|(k, _)| k == "SHELL");
     let shell = login_shell(
@@ -82,7 +82,7 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
     };
     let login = Login {
         name: user.as_ref().map(|u| OsString::from(&u.name)),
-        home: &home,
+        home: &passwd_home,
         shell: &shell,
         term: spec.term.as_deref(),
     };
@@ -99,6 +99,16 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         env.retain(|(k, _)| k != key.as_str());
         env.push((key.into(), value.into()));
     }
+    // The home the program is told of (`$HOME`) is the one it starts in and `~` names, so a
+    // daemon started with an isolated HOME does not start shells elsewhere.
+    let home = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|d| d.is_dir())
+        .unwrap_or(passwd_home);
+    let cwd = resolve_cwd(spec.cwd.as_deref(), &home)?;
     Ok(Prepared {
         program: Program {
             program,
@@ -254,6 +264,29 @@ mod tests {
             }
         }
         std::fs::remove_file(&file).unwrap();
+    }
+
+    /// The directory a program starts in, and `~`, are its `HOME`: here one the create gives
+    /// (a daemon started with an isolated `HOME` is the same case), not the passwd entry's.
+    #[test]
+    fn the_home_a_program_is_given_is_where_it_starts() {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir(home.path().join("sub")).unwrap();
+        let with = |cwd: Option<&str>| SpawnSpec {
+            cwd: cwd.map(str::to_string),
+            command: vec!["true".into()],
+            env: vec![("HOME".into(), home.path().display().to_string())],
+            ..SpawnSpec::default()
+        };
+        assert_eq!(prepare(&with(None)).unwrap().cwd, home.path());
+        assert_eq!(
+            prepare(&with(Some("~/sub"))).unwrap().cwd,
+            home.path().join("sub")
+        );
+        assert_eq!(
+            prepare(&with(Some("sub"))).unwrap().cwd,
+            home.path().join("sub")
+        );
     }
 
     /// Regression: `term: ""` started programs with an empty TERM.

@@ -241,9 +241,18 @@ pub fn explain(program: &Program, stage: Stage, error: &io::Error) -> String {
         (io::ErrorKind::NotFound, None) if name.is_empty() => {
             "the program name is empty; give a program".into()
         }
+        (io::ErrorKind::NotFound, None) if search().is_empty() => format!(
+            "{shown} was not found: PATH is empty; set PATH or give the program's full path"
+        ),
         (io::ErrorKind::NotFound, None) => format!(
             "{shown} was not found in PATH ({}); install it or give its full path",
             search()
+        ),
+        (io::ErrorKind::NotFound, Some(p)) if !p.exists() && p.is_symlink() => format!(
+            "{} is a symbolic link to {}, which does not exist; give the path of an \
+             installed program",
+            p.display(),
+            std::fs::read_link(p).unwrap_or_default().display()
         ),
         (io::ErrorKind::NotFound, Some(p)) if !p.exists() => format!(
             "{} does not exist; give the path of an installed program",

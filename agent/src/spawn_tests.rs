@@ -167,12 +167,25 @@ fn programs_that_cannot_start_are_explained() {
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = [("PATH", "/usr/bin:/bin")];
     let at = |p: &Path| program(&[p.to_str().unwrap()], &path);
+    let dangling = dir.path().join("dangling");
+    std::os::unix::fs::symlink("/no/such/target", &dangling).unwrap();
     let mut in_missing_cwd = program(&["/bin/sh"], &path);
     in_missing_cwd.cwd = dir.path().join("gone");
     let cases = [
         (
             program(&["relay-no-such-program"], &path),
             "relay-no-such-program was not found in PATH (/usr/bin:/bin)".to_string(),
+        ),
+        (
+            program(&["relay-no-such-program"], &[("PATH", "")]),
+            "relay-no-such-program was not found: PATH is empty".into(),
+        ),
+        (
+            at(&dangling),
+            format!(
+                "{} is a symbolic link to /no/such/target, which does not exist",
+                dangling.display()
+            ),
         ),
         (
             at(Path::new("/no/such/program")),
