@@ -61,7 +61,8 @@ pub trait TerminalModel: Send {
     /// Whether rows leaving the primary screen are kept as scrollback (on by default). A caller
     /// that knows far more lines follow than the scrollback keeps turns it off while it feeds
     /// the earlier part of a long backlog: those rows would be dropped again anyway, and keeping
-    /// them is most of the cost of parsing short lines. Turning it off forgets the scrollback
+    /// them is most of the cost of parsing short lines; plain text lines are then not drawn at
+    /// all (only where they leave the cursor). Turning it off forgets the scrollback
     /// held; if fewer rows than the scrollback holds arrive after it is turned on again, the
     /// snapshot's scrollback starts with a line saying that earlier lines were not kept (never
     /// a silent hole).
@@ -106,8 +107,94 @@ impl Vt100Model {
     }
 }
 
+impl Vt100Model {
+    /// With scrollback capture off (the caller knows far more lines follow), the length of the
+    /// start of `bytes` that can be replaced by [`Vt100Model::scroll_past`]: plain text lines
+    /// (printable ASCII, CR, LF, TAB, BS, and colour or attribute changes: SGR, `CSI ... m`;
+    /// nothing else, not even a bell) ending with CR LF, with at least as many line feeds as
+    /// the screen has rows, fed at a sequence boundary on the primary screen. `None` when there
+    /// is no such start.
+    ///
+    /// What those lines leave behind is the cursor at column 0 of the scroll region's last row
+    /// (CR LF last; at least a screen of line feeds), the attributes their SGR sequences set,
+    /// and rows of their text, which the lines that follow push out (the caller's condition for
+    /// turning capture off). So applying the same SGR sequences, then scrolling a screen's
+    /// height from column 0, leaves the same state, and the text costs nothing to parse.
+    fn plain_lines(&self, bytes: &[u8]) -> Option<usize> {
+        let hooks = self.parser.callbacks();
+        if hooks.scrollback.capture
+            || self.parser.screen().alternate_screen()
+            || !self.unfinished.prefix().is_empty()
+            || !self.matcher.tail.is_empty()
+        {
+            return None;
+        }
+        let rows = usize::from(self.parser.screen().size().0.get());
+        let (mut line_feeds, mut end) = (0, None);
+        let mut i = 0;
+        while let Some(&b) = bytes.get(i) {
+            match b {
+                b'\n' => {
+                    line_feeds += 1;
+                    if i > 0 && bytes[i - 1] == b'\r' && line_feeds >= rows {
+                        end = Some(i + 1);
+                    }
+                }
+                b'\r' | b'\t' | 0x08 | 0x20..=0x7e => {}
+                0x1b => match sgr_len(&bytes[i..]) {
+                    Some(len) => i += len - 1,
+                    None => break,
+                },
+                _ => break,
+            }
+            i += 1;
+        }
+        end
+    }
+
+    /// What feeding `lines` (found by [`Vt100Model::plain_lines`]) leaves: their SGR sequences
+    /// applied in order, column 0, then a screen's height of line feeds.
+    fn scroll_past(&mut self, lines: &[u8]) {
+        const LINE_FEEDS: &[u8; 64] = &[b'\n'; 64];
+        let mut at = 0;
+        while let Some(esc) = lines[at..].iter().position(|&b| b == 0x1b) {
+            let start = at + esc;
+            let len = sgr_len(&lines[start..]).unwrap_or(1);
+            self.parser.process(&lines[start..start + len]);
+            at = start + len;
+        }
+        let mut rows = usize::from(self.parser.screen().size().0.get());
+        self.parser.process(b"\r");
+        while rows > 0 {
+            let n = rows.min(LINE_FEEDS.len());
+            self.parser.process(&LINE_FEEDS[..n]);
+            rows -= n;
+        }
+    }
+}
+
+/// The length of the SGR sequence (`ESC [`, parameters of digits, `;` and `:`, then `m`) at
+/// the start of `bytes`, or `None` when they start with anything else or it is cut off.
+fn sgr_len(bytes: &[u8]) -> Option<usize> {
+    if bytes.get(1) != Some(&b'[') {
+        return None;
+    }
+    let params = bytes[2..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b';' || **b == b':')
+        .count();
+    (bytes.get(2 + params) == Some(&b'm')).then_some(3 + params)
+}
+
 impl TerminalModel for Vt100Model {
     fn feed(&mut self, bytes: &[u8], events: &mut Vec<ScreenEvent>) {
+        let bytes = match self.plain_lines(bytes) {
+            Some(end) => {
+                self.scroll_past(&bytes[..end]);
+                &bytes[end..]
+            }
+            None => bytes,
+        };
         self.unfinished.feed(bytes);
         let mut done = 0;
         while let Some((end, action)) = self.matcher.find(bytes, done) {

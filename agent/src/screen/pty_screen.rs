@@ -389,6 +389,57 @@ mod tests {
         assert!(!text.contains("not kept"), "{text:?}");
     }
 
+    /// A long backlog of plain lines (the model skips drawing them, see
+    /// `Vt100Model::plain_lines`) with colours, wrapped lines, tabs, backspaces and a scroll
+    /// region among them gives the screen, attributes and cursor that a terminal fed every
+    /// byte shows.
+    #[test]
+    fn a_long_plain_backlog_leaves_the_screen_a_terminal_shows() {
+        let size = TermSize { cols: 20, rows: 5 };
+        for region in [&b""[..], b"\x1b[2;4r\x1b[3H"] {
+            let mut all = region.to_vec();
+            for i in 0..60_000u32 {
+                // Colours set early (inside the backlog the model skips) and in the last lines.
+                match i {
+                    10_000 | 59_990 => all.extend_from_slice(b"\x1b[31m"),
+                    20_000 => all.extend_from_slice(b"\x1b[m\x1b[44;1m"),
+                    30_000 => all.extend_from_slice(b"\x1b[4m"),
+                    _ if i % 100 == 0 => all.extend_from_slice(b"\x1b[3m\x1b[23m"),
+                    _ => {}
+                }
+                let line = match i % 7 {
+                    0 => format!("{i} a line longer than twenty columns wraps\r\n"),
+                    1 => format!("{i}\tx\x08y\r\n"),
+                    2 => format!("{i} no carriage return\n"),
+                    _ => format!("{i}\r\n"),
+                };
+                all.extend_from_slice(line.as_bytes());
+            }
+            all.extend_from_slice(b"tail\r\n\x1b[1mprompt$ \x1b[mx");
+            let ring = Mutex::new(Ring::new(4 << 20));
+            let screen = PtyScreen::new(pty(), size, 10);
+            ring.lock().unwrap().append(&all);
+            let snapshot = screen.snapshot(&ring);
+
+            let nz = |n: u16| std::num::NonZeroU16::new(n).unwrap();
+            let mut expected = vt100::Parser::new(nz(size.rows), nz(size.cols), 0);
+            expected.process(&all);
+            let mut shown = vt100::Parser::new(nz(size.rows), nz(size.cols), 0);
+            shown.process(&snapshot.data);
+            let region = String::from_utf8_lossy(region);
+            assert_eq!(
+                shown.screen().contents_formatted(),
+                expected.screen().contents_formatted(),
+                "region {region:?}"
+            );
+            assert_eq!(
+                shown.screen().cursor_position(),
+                expected.screen().cursor_position(),
+                "region {region:?}"
+            );
+        }
+    }
+
     #[test]
     fn rows_not_kept_and_not_pushed_out_again_are_said_to_be_missing() {
         let ring = Mutex::new(Ring::new(1 << 20));
