@@ -57,7 +57,8 @@ async fn main() -> anyhow::Result<()> {
     let flag = |g: &str| args.iter().any(|a| a == g);
     stats::set_smoke(flag("--smoke"));
     let group = |g: &str| flag(g) || flag("--all");
-    const GROUPS: [&str; 7] = [
+    const GROUPS: [&str; 8] = [
+        "--echo",
         "--ssh",
         "--serve",
         "--resilience",
@@ -79,6 +80,8 @@ async fn main() -> anyhow::Result<()> {
     }
     if group("--resilience") {
         resilience::run(&mut rows).await?;
+    } else if flag("--echo") {
+        resilience::run_echo(&mut rows).await?;
     }
     if group("--screen") {
         screen::run(&mut rows).await?;

@@ -20,6 +20,11 @@ use super::*;
 const RUNS: usize = 3;
 const ECHO_SAMPLES: usize = 300;
 
+/// The echo scenario alone (`--echo`).
+pub async fn run_echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    echo(rows).await
+}
+
 pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let ssh = SshHost::start().await?;
     detection(&ssh, rows).await?;
@@ -283,8 +288,9 @@ impl Echo {
 pub(super) const RAW_CAT: &str = "stty raw -echo; echo ready; exec cat";
 
 /// Echo round trip, p50 and p99: idle; next to a pane flooding with `yes` whose output is read
-/// as fast as it comes; next to one whose output nobody reads. Baseline: `ssh -tt host` running
-/// the same raw `cat`, idle.
+/// as fast as it comes; next to one whose output nobody reads. Baselines: `ssh -tt host` running
+/// the same raw `cat`, idle, and next to a `yes` read as fast as it comes on another channel of
+/// the same SSH connection (OpenSSH connection sharing, `ControlMaster`).
 async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let ssh = SshHost::start().await?;
     let host = host(&ssh)?;
@@ -312,15 +318,38 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .workspace("flood")
         .open("yes", "0", sh("exec yes flood-flood-flood"))
         .await?;
-    let drain = tokio::spawn(async move { while flood.next().await.is_some() {} });
+    let drained = Arc::new(AtomicUsize::new(0));
+    let counted = drained.clone();
+    let drain = tokio::spawn(async move {
+        while let Some(event) = flood.next().await {
+            if let PaneEvent::Output { data, .. } = event {
+                counted.fetch_add(data.len(), Ordering::Relaxed);
+            }
+        }
+    });
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let (t, before) = (Instant::now(), drained.load(Ordering::Relaxed));
     let flooding = echo.samples(runs(ECHO_SAMPLES)).await?;
+    let relay_rate = (drained.load(Ordering::Relaxed) - before) as f64 / t.elapsed().as_secs_f64();
     drain.abort();
     rows.push(row(
         "ssh echo next to a `yes` pane read as fast as it comes",
         &flooding,
         &idle,
         "relay idle (above)",
+    ));
+    let (plain_flooding, plain_rate) = plain_echo_next_to_flood(&ssh).await?;
+    rows.push(row(
+        "ssh echo next to a `yes` pane read as fast as it comes, vs ssh",
+        &flooding,
+        &plain_flooding,
+        "`ssh -tt` raw cat next to `ssh yes` on one ControlMaster connection",
+    ));
+    rows.push(rate_row(
+        "the `yes` pane's throughput meanwhile",
+        &[relay_rate],
+        &[plain_rate],
+        "the `ssh yes` channel meanwhile",
     ));
 
     let (c, stalled) = host
@@ -345,13 +374,70 @@ async fn plain_echo(ssh: &SshHost) -> anyhow::Result<Vec<Duration>> {
     plain_echo_via(ssh, ssh.port(), runs(ECHO_SAMPLES)).await
 }
 
+/// Plain OpenSSH next to a flood on the same connection: a `ControlMaster` connection, one
+/// channel running `yes` whose output is read as fast as it comes, and the echo on another.
+/// Returns the echo samples and the `yes` channel's rate meanwhile (bytes per second).
+async fn plain_echo_next_to_flood(ssh: &SshHost) -> anyhow::Result<(Vec<Duration>, f64)> {
+    let dir = tempfile::tempdir()?;
+    let control = dir.path().join("control");
+    let control = control.to_str().expect("a UTF-8 temp path");
+    let shared = ["-S", control];
+    let master_args = ["-M", "-S", control, "-N", "-o", "ControlPersist=no"];
+    let mut master = tokio::process::Command::from(ssh.plain_ssh_via(ssh.port(), &master_args))
+        .stderr(Stdio::null()) // the master's notes about the channels' terminals
+        .kill_on_drop(true)
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::path::Path::new(control).exists() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no ControlMaster socket after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let flood_args = ["-S", control, "-tt", "exec yes flood-flood-flood"];
+    let mut flood = tokio::process::Command::from(ssh.plain_ssh_via(ssh.port(), &flood_args))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut out = flood.stdout.take().expect("piped");
+    let drained = Arc::new(AtomicUsize::new(0));
+    let counted = drained.clone();
+    let drain = tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = out.read(&mut buf).await {
+            counted.fetch_add(n, Ordering::Relaxed);
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (t, before) = (Instant::now(), drained.load(Ordering::Relaxed));
+    let samples = plain_echo_with(ssh, ssh.port(), &shared, runs(ECHO_SAMPLES)).await;
+    let rate = (drained.load(Ordering::Relaxed) - before) as f64 / t.elapsed().as_secs_f64();
+    drain.abort();
+    let _ = flood.kill().await;
+    let _ = master.kill().await;
+    Ok((samples?, rate))
+}
+
 /// The same through local `port`, `samples` times (after 20 to warm up).
 pub(super) async fn plain_echo_via(
     ssh: &SshHost,
     port: u16,
     samples: usize,
 ) -> anyhow::Result<Vec<Duration>> {
-    let mut child = tokio::process::Command::from(ssh.plain_ssh_via(port, &["-tt", RAW_CAT]))
+    plain_echo_with(ssh, port, &[], samples).await
+}
+
+/// [`plain_echo_via`] with `ssh` options `extra` (given after the destination).
+async fn plain_echo_with(
+    ssh: &SshHost,
+    port: u16,
+    extra: &[&str],
+    samples: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let args = [extra, &["-tt", RAW_CAT]].concat();
+    let mut child = tokio::process::Command::from(ssh.plain_ssh_via(port, &args))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
