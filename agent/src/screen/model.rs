@@ -29,6 +29,7 @@ use std::num::NonZeroU16;
 
 use vt100::capture::{BasicFormattedCaptureState, RowContents};
 
+use super::plain_lines::{self, ScrollRegion};
 use super::unfinished::Unfinished;
 
 /// Default number of scrolled-off primary-screen lines a model keeps for snapshots.
@@ -74,6 +75,9 @@ pub struct Vt100Model {
     parser: vt100::Parser<Hooks>,
     matcher: Matcher,
     unfinished: Unfinished,
+    region: ScrollRegion,
+    /// Bytes that [`Vt100Model::scroll_past`] stood in for (not drawn).
+    skipped: u64,
 }
 
 impl Vt100Model {
@@ -90,6 +94,8 @@ impl Vt100Model {
             parser: vt100::Parser::new_with_callbacks(cells(rows), cells(cols), 0, hooks),
             matcher: Matcher::default(),
             unfinished: Unfinished::default(),
+            region: ScrollRegion::default(),
+            skipped: 0,
         }
     }
 
@@ -109,59 +115,27 @@ impl Vt100Model {
 
 impl Vt100Model {
     /// With scrollback capture off (the caller knows far more lines follow), the length of the
-    /// start of `bytes` that can be replaced by [`Vt100Model::scroll_past`]: plain text lines
-    /// (printable ASCII, CR, LF, TAB, BS, and colour or attribute changes: SGR, `CSI ... m`;
-    /// nothing else, not even a bell) ending with CR LF, with at least as many line feeds as
-    /// the screen has rows, fed at a sequence boundary on the primary screen. `None` when there
-    /// is no such start.
-    ///
-    /// What those lines leave behind is the cursor at column 0 of the scroll region's last row
-    /// (CR LF last; at least a screen of line feeds), the attributes their SGR sequences set,
-    /// and rows of their text, which the lines that follow push out (the caller's condition for
-    /// turning capture off). So applying the same SGR sequences, then scrolling a screen's
-    /// height from column 0, leaves the same state, and the text costs nothing to parse.
-    fn plain_lines(&self, bytes: &[u8]) -> Option<usize> {
-        let hooks = self.parser.callbacks();
-        if hooks.scrollback.capture
-            || self.parser.screen().alternate_screen()
+    /// start of `bytes` that [`Vt100Model::scroll_past`] may stand in for ([`plain_lines`]):
+    /// only at a sequence boundary, on the primary screen, with no scroll region set.
+    fn replaceable(&self, bytes: &[u8]) -> Option<usize> {
+        let screen = self.parser.screen();
+        if self.parser.callbacks().scrollback.capture
+            || screen.alternate_screen()
+            || self.region.may_be_partial()
             || !self.unfinished.prefix().is_empty()
             || !self.matcher.tail.is_empty()
         {
             return None;
         }
-        let rows = usize::from(self.parser.screen().size().0.get());
-        let (mut line_feeds, mut end) = (0, None);
-        let mut i = 0;
-        while let Some(&b) = bytes.get(i) {
-            match b {
-                b'\n' => {
-                    line_feeds += 1;
-                    if i > 0 && bytes[i - 1] == b'\r' && line_feeds >= rows {
-                        end = Some(i + 1);
-                    }
-                }
-                b'\r' | b'\t' | 0x08 | 0x20..=0x7e => {}
-                0x1b => match sgr_len(&bytes[i..]) {
-                    Some(len) => i += len - 1,
-                    None => break,
-                },
-                _ => break,
-            }
-            i += 1;
-        }
-        end
+        plain_lines::replaceable(bytes, usize::from(screen.size().0.get()))
     }
 
-    /// What feeding `lines` (found by [`Vt100Model::plain_lines`]) leaves: their SGR sequences
+    /// What feeding `lines` (found by [`Vt100Model::replaceable`]) leaves: their SGR sequences
     /// applied in order, column 0, then a screen's height of line feeds.
     fn scroll_past(&mut self, lines: &[u8]) {
         const LINE_FEEDS: &[u8; 64] = &[b'\n'; 64];
-        let mut at = 0;
-        while let Some(esc) = lines[at..].iter().position(|&b| b == 0x1b) {
-            let start = at + esc;
-            let len = sgr_len(&lines[start..]).unwrap_or(1);
-            self.parser.process(&lines[start..start + len]);
-            at = start + len;
+        for sgr in plain_lines::sgr_sequences(lines) {
+            self.parser.process(sgr);
         }
         let mut rows = usize::from(self.parser.screen().size().0.get());
         self.parser.process(b"\r");
@@ -170,25 +144,15 @@ impl Vt100Model {
             self.parser.process(&LINE_FEEDS[..n]);
             rows -= n;
         }
+        self.skipped += lines.len() as u64;
     }
-}
-
-/// The length of the SGR sequence (`ESC [`, parameters of digits, `;` and `:`, then `m`) at
-/// the start of `bytes`, or `None` when they start with anything else or it is cut off.
-fn sgr_len(bytes: &[u8]) -> Option<usize> {
-    if bytes.get(1) != Some(&b'[') {
-        return None;
-    }
-    let params = bytes[2..]
-        .iter()
-        .take_while(|b| b.is_ascii_digit() || **b == b';' || **b == b':')
-        .count();
-    (bytes.get(2 + params) == Some(&b'm')).then_some(3 + params)
 }
 
 impl TerminalModel for Vt100Model {
     fn feed(&mut self, bytes: &[u8], events: &mut Vec<ScreenEvent>) {
-        let bytes = match self.plain_lines(bytes) {
+        let rows = self.parser.screen().size().0.get();
+        self.region.follow(self.unfinished.prefix(), bytes, rows);
+        let bytes = match self.replaceable(bytes) {
             Some(end) => {
                 self.scroll_past(&bytes[..end]);
                 &bytes[end..]
@@ -267,6 +231,7 @@ impl fmt::Debug for Vt100Model {
             .field("cols", &cols)
             .field("rows", &rows)
             .field("alternate_screen", &self.alternate_screen())
+            .field("skipped_bytes", &self.skipped)
             .field(
                 "scrollback_lines",
                 &self.parser.callbacks().scrollback.line_lens.len(),

@@ -518,3 +518,68 @@ fn snapshot_over_a_non_fresh_terminal_gives_the_same_state() {
         assert_same_screen(reused.screen(), fresh.screen());
     }
 }
+
+/// Plain lines fed while scrollback capture is off (the caller knows more lines follow), split
+/// into reads as a flood arrives, then `tail` with capture on again: the model returned with how
+/// many bytes it did not draw.
+fn fed_far_behind(rows: u16, head: &[u8], flood: &[u8], tail: &[u8]) -> (Vt100Model, u64) {
+    let mut model = Vt100Model::new(30, rows, 100);
+    feed(&mut model, head);
+    model.set_scrollback_capture(false);
+    for chunk in flood.chunks(16 * 1024) {
+        feed(&mut model, chunk);
+    }
+    model.set_scrollback_capture(true);
+    feed(&mut model, tail);
+    let skipped = model.skipped;
+    (model, skipped)
+}
+
+fn coloured_flood() -> Vec<u8> {
+    (0..20_000u32)
+        .map(|i| match i % 5 {
+            0 => format!(
+                "\x1b[3{}m{i} a line longer than thirty columns wraps\r\n",
+                i % 8
+            ),
+            1 => format!("{i}\tx\x08y\r\n"),
+            2 => format!("{i} no carriage return\n"),
+            _ => format!("\x1b[1m{i}\x1b[22m\r\n"),
+        })
+        .flat_map(String::into_bytes)
+        .collect()
+}
+
+/// Far behind a flood, plain lines are not drawn, yet the screen, colours and cursor are the
+/// ones a terminal fed every byte shows; also when what follows the flood never scrolls the
+/// primary screen (a full-screen program that moves down with line feeds, then exits).
+#[test]
+fn plain_lines_far_behind_are_not_drawn_yet_leave_the_same_screen() {
+    let flood = coloured_flood();
+    let tails: [&[u8]; 2] = [
+        b"\x1b[44mprompt$ \x1b[mx",
+        b"\x1b[?1049h\x1b[H\n\n\n\n\n\n\n\nfull screen\x1b[?1049lback",
+    ];
+    for tail in tails {
+        let (model, skipped) = fed_far_behind(6, b"before\r\n", &flood, tail);
+        assert!(skipped > flood.len() as u64 / 2, "skipped {skipped} bytes");
+        let all = [&b"before\r\n"[..], &flood, tail].concat();
+        assert_same_screen(render(&model).screen(), reference(30, 6, &all).screen());
+    }
+}
+
+/// With a scroll region set, a line feed below it does not scroll: plain lines are then drawn,
+/// so the one row they overwrite shows what a terminal shows. Once the region is the whole
+/// screen again, they are skipped again.
+#[test]
+fn plain_lines_are_drawn_while_a_scroll_region_is_set() {
+    let flood = coloured_flood();
+    let head = b"\x1b[1;3r\x1b[6Hbelow the region";
+    let (model, skipped) = fed_far_behind(6, head, &flood, b"done");
+    assert_eq!(skipped, 0);
+    let all = [&head[..], &flood, b"done"].concat();
+    assert_same_screen(render(&model).screen(), reference(30, 6, &all).screen());
+
+    let (_, skipped) = fed_far_behind(6, b"\x1b[1;3r\x1b[r", &flood, b"done");
+    assert!(skipped > 0, "the region is the whole screen again");
+}

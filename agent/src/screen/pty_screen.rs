@@ -185,8 +185,9 @@ impl PtyScreen {
     ///
     /// With a long backlog (a flood the model fell behind), rows that leave the screen while it
     /// parses the early part are not kept as scrollback when enough newlines follow to push them
-    /// out again; parsing short lines is then several times faster. The screen itself is always
-    /// parsed from every byte.
+    /// out again; parsing short lines is then several times faster, and plain lines that the
+    /// same read scrolls out again are not drawn at all (`plain_lines.rs`), which leaves the
+    /// same screen.
     fn catch_up_locked(&self, inner: &mut Inner, ring: &Mutex<Ring>, upto: u64) {
         let rows = usize::from(inner.model.size().1);
         let needed = LOOKAHEAD_FACTOR * (self.scrollback_lines + rows);

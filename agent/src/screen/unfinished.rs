@@ -22,8 +22,11 @@ enum State {
     Ground,
     Escape,
     Csi,
-    /// OSC, DCS, SOS, PM or APC: until BEL or `ESC \`.
-    String,
+    /// A control string until `ESC \`: OSC (`osc`, which BEL ends too), DCS, SOS, PM or APC
+    /// (vte puts a BEL in those into the string).
+    String {
+        osc: bool,
+    },
     /// Inside a UTF-8 character: continuation bytes still expected.
     Utf8(u8),
 }
@@ -63,7 +66,7 @@ impl Unfinished {
         match (self.state, b) {
             // CAN and SUB abort any sequence.
             (_, 0x18 | 0x1a) => self.ground(),
-            (State::String, 0x07) => self.ground(),
+            (State::String { osc: true }, 0x07) => self.ground(),
             (_, 0x1b) => {
                 self.bytes.clear();
                 self.bytes.push(b);
@@ -100,13 +103,13 @@ impl Unfinished {
             }
             (State::Escape, b']' | b'P' | b'X' | b'^' | b'_') => {
                 self.push(b);
-                self.state = State::String;
+                self.state = State::String { osc: b == b']' };
             }
             (State::Escape, 0x20..=0x2f) => self.push(b),
             (State::Escape, _) => self.ground(),
             (State::Csi, 0x20..=0x3f) => self.push(b),
             (State::Csi, _) => self.ground(),
-            (State::String, _) => self.push(b),
+            (State::String { .. }, _) => self.push(b),
         }
     }
 }
@@ -137,6 +140,8 @@ mod tests {
             (b"\x1b[5\n;", b"\x1b[5;"),
             (b"\x1b[5\x18", b""),
             (b"\x1bP1$r", b"\x1bP1$r"),
+            (b"\x1bP1$r\x07q", b"\x1bP1$r\x07q"),
+            (b"\x1b_app\x07", b"\x1b_app\x07"),
             (b"\x1b[?1049", b"\x1b[?1049"),
             (b"\x1b", b"\x1b"),
             (b"\x1b7", b""),

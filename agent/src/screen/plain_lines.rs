@@ -1,0 +1,210 @@
+//! Far behind a flood, the model need not draw lines that scroll out within the same output.
+//!
+//! A run of plain lines (printable ASCII, CR, LF, TAB, BS, and colour or attribute changes:
+//! SGR, `CSI ... m`; nothing else, not even a bell) moves the cursor down one row per line
+//! feed and scrolls the scroll region once the cursor is on its last row. If such a run holds
+//! a screen's height of line feeds, then a boundary after a CR LF, then another screen's height
+//! of line feeds, the lines before the boundary leave only this behind: the attributes their
+//! SGR sequences set, the cursor at column 0 of the region's last row, and rows that the lines
+//! after the boundary replace before the run ends. Applying those SGR sequences, a CR and a
+//! screen's height of line feeds leaves the same screen, cursor and attributes, whatever
+//! follows the run. Only the rows that scroll off differ, which is why this is done only while
+//! the caller does not keep them (scrollback capture off).
+//!
+//! That holds when the cursor is inside (or above) the scroll region: a line feed below the
+//! region's last row does not scroll, and the lines would overwrite one row. vt100 does not
+//! tell the region, so [`ScrollRegion`] follows the output's `CSI Pt ; Pb r` and the shortcut
+//! is not taken while a region other than the whole screen may be set. Sans-IO.
+
+/// The end of the lines at the start of `bytes` that may be replaced (see the module docs):
+/// `bytes[..end]` is plain, ends with CR LF and holds at least `rows` line feeds, and at least
+/// `rows` more line feeds follow it in the same plain run. `None` when there is no such end.
+pub fn replaceable(bytes: &[u8], rows: usize) -> Option<usize> {
+    let mut total = 0;
+    walk(bytes, |_, b| {
+        if b == b'\n' {
+            total += 1;
+        }
+    });
+    if total < 2 * rows {
+        return None;
+    }
+    let (mut line_feeds, mut end) = (0, None);
+    walk(bytes, |i, b| {
+        if b == b'\n' {
+            line_feeds += 1;
+            let crlf = i > 0 && bytes[i - 1] == b'\r';
+            if crlf && line_feeds >= rows && total - line_feeds >= rows {
+                end = Some(i + 1);
+            }
+        }
+    });
+    end
+}
+
+/// Calls `each(index, byte)` for every byte of the plain run at the start of `bytes`, SGR
+/// sequences skipped; stops at the first byte that is not plain.
+fn walk(bytes: &[u8], mut each: impl FnMut(usize, u8)) {
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'\n' | b'\r' | b'\t' | 0x08 | 0x20..=0x7e => each(i, b),
+            0x1b => match sgr_len(&bytes[i..]) {
+                Some(len) => i += len - 1,
+                None => return,
+            },
+            _ => return,
+        }
+        i += 1;
+    }
+}
+
+/// The SGR sequences in `lines` (plain lines as [`replaceable`] accepts them), in order.
+pub fn sgr_sequences(lines: &[u8]) -> impl Iterator<Item = &[u8]> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let start = at + lines[at..].iter().position(|&b| b == 0x1b)?;
+        let len = sgr_len(&lines[start..]).unwrap_or(1);
+        at = start + len;
+        Some(&lines[start..start + len])
+    })
+}
+
+/// The length of the SGR sequence (`ESC [`, parameters of digits, `;` and `:`, then `m`) at
+/// the start of `bytes`, or `None` when they start with anything else or it is cut off.
+fn sgr_len(bytes: &[u8]) -> Option<usize> {
+    if bytes.first() != Some(&0x1b) || bytes.get(1) != Some(&b'[') {
+        return None;
+    }
+    let params = bytes[2..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b';' || **b == b':')
+        .count();
+    (bytes.get(2 + params) == Some(&b'm')).then_some(3 + params)
+}
+
+/// Whether the primary screen may have a scroll region other than the whole screen (DECSTBM,
+/// `CSI Pt ; Pb r`), as far as the output followed tells. Errs on "may": a region set on the
+/// alternate screen counts too, and one is forgotten only by a `CSI r` for the whole screen in
+/// output that does not switch screens.
+#[derive(Debug, Default)]
+pub struct ScrollRegion {
+    may_be_partial: bool,
+}
+
+impl ScrollRegion {
+    /// Whether a region other than the whole screen may be set.
+    pub fn may_be_partial(&self) -> bool {
+        self.may_be_partial
+    }
+
+    /// Follows `bytes` of output on a screen of `rows` rows. `carried` is the escape sequence
+    /// the output before them stopped inside (the model's unfinished prefix), which `bytes`
+    /// may complete.
+    pub fn follow(&mut self, carried: &[u8], bytes: &[u8], rows: u16) {
+        if carried.starts_with(b"\x1b[") && carried.len() < 32 {
+            let mut joined = carried.to_vec();
+            joined.extend_from_slice(&bytes[..bytes.len().min(32)]);
+            if let Some(len) = decstbm(&joined) {
+                self.saw(whole_screen(&joined[..len], rows), bytes);
+            }
+        }
+        let mut at = 0;
+        while let Some(esc) = bytes[at..].iter().position(|&b| b == 0x1b) {
+            let start = at + esc;
+            match decstbm(&bytes[start..]) {
+                Some(len) => {
+                    self.saw(whole_screen(&bytes[start..start + len], rows), bytes);
+                    at = start + len;
+                }
+                None => at = start + 1,
+            }
+        }
+    }
+
+    fn saw(&mut self, full: bool, bytes: &[u8]) {
+        let switches = [&b"\x1b[?1049"[..], b"\x1b[?1047", b"\x1b[?47"]
+            .iter()
+            .any(|s| bytes.windows(s.len()).any(|w| w == *s));
+        if !full {
+            self.may_be_partial = true;
+        } else if !switches {
+            self.may_be_partial = false;
+        }
+    }
+}
+
+/// The length of the `CSI Pt ; Pb r` at the start of `bytes`, if one is. Parameters are digits
+/// and `;` only (`CSI ? ... r` is another sequence).
+fn decstbm(bytes: &[u8]) -> Option<usize> {
+    if !bytes.starts_with(b"\x1b[") {
+        return None;
+    }
+    let params = bytes[2..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b';')
+        .count();
+    (bytes.get(2 + params) == Some(&b'r')).then_some(3 + params)
+}
+
+/// Whether DECSTBM `sequence` sets the whole screen of `rows` rows as the region (a missing or
+/// 0 top is 1, a missing or 0 bottom is the last row, as in vt100 and xterm).
+fn whole_screen(sequence: &[u8], rows: u16) -> bool {
+    let params = &sequence[2..sequence.len() - 1];
+    let mut numbers = params.split(|&b| b == b';').map(|p| {
+        std::str::from_utf8(p)
+            .ok()
+            .and_then(|s| s.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    let top = numbers.next().unwrap_or(0).max(1);
+    let bottom = match numbers.next().unwrap_or(0) {
+        0 => u32::from(rows),
+        n => n,
+    };
+    numbers.next().is_none() && top == 1 && bottom >= u32::from(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_boundary_leaves_a_screen_of_line_feeds_on_each_side() {
+        let lines = b"a\r\nb\r\nc\r\nd\r\ne\r\nf\r\n";
+        assert_eq!(replaceable(lines, 2), Some(12), "after d: e and f follow");
+        assert_eq!(replaceable(lines, 3), Some(9), "after c: d, e, f follow");
+        assert_eq!(replaceable(lines, 4), None, "not two screens of lines");
+        // LF without CR is no boundary (the column carries on); a bell ends the run.
+        assert_eq!(replaceable(b"a\nb\nc\r\nd\ne\nf\n", 2), Some(7));
+        assert_eq!(replaceable(b"a\r\nb\r\n\x07c\r\nd\r\n", 1), Some(3));
+        // SGR is part of the run; other sequences end it; a cut-off SGR ends it.
+        let coloured = b"\x1b[31ma\r\n\x1b[1;4:3mb\r\nc\r\n";
+        assert_eq!(replaceable(coloured, 1), Some(19));
+        assert_eq!(replaceable(b"a\r\n\x1b[Ab\r\nc\r\n", 1), None);
+        assert_eq!(replaceable(b"a\r\nb\r\n\x1b[3", 1), Some(3));
+        assert_eq!(
+            sgr_sequences(coloured).collect::<Vec<_>>(),
+            [&b"\x1b[31m"[..], b"\x1b[1;4:3m"]
+        );
+    }
+
+    #[test]
+    fn a_scroll_region_is_followed_even_when_split() {
+        let mut region = ScrollRegion::default();
+        region.follow(b"", b"text\x1b[2;4r", 5);
+        assert!(region.may_be_partial());
+        region.follow(b"", b"\x1b[r", 5);
+        assert!(!region.may_be_partial(), "CSI r: the whole screen");
+        region.follow(b"", b"\x1b[1;3r", 5);
+        assert!(region.may_be_partial());
+        region.follow(b"", b"\x1b[0;5r", 5);
+        assert!(!region.may_be_partial(), "0 ; rows: the whole screen");
+        region.follow(b"\x1b[2;", b"3r more", 5);
+        assert!(region.may_be_partial(), "completed from the carried prefix");
+        region.follow(b"", b"\x1b[?1049h\x1b[r\x1b[?1049l", 5);
+        assert!(region.may_be_partial(), "a reset while switching screens");
+        region.follow(b"", b"\x1b[?5r", 5);
+        assert!(region.may_be_partial(), "CSI ? r is not DECSTBM");
+    }
+}
