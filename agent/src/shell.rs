@@ -106,7 +106,7 @@ pub fn prepare(spec: &SpawnSpec) -> Result<Prepared, ErrorReply> {
         .rev()
         .find(|(k, _)| k == "HOME")
         .map(|(_, v)| PathBuf::from(v))
-        .filter(|d| d.is_dir())
+        .filter(|d| d.is_absolute() && d.is_dir() && access(d.as_path(), AccessFlags::X_OK).is_ok())
         .unwrap_or(passwd_home);
     let cwd = resolve_cwd(spec.cwd.as_deref(), &home)?;
     Ok(Prepared {
