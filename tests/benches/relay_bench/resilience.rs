@@ -314,7 +314,7 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         "`ssh -tt host` raw cat, idle",
     ));
 
-    let (_c, mut flood) = host
+    let (flooding_pane, mut flood) = host
         .workspace("flood")
         .open("yes", "0", sh("exec yes flood-flood-flood"))
         .await?;
@@ -332,6 +332,9 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let flooding = echo.samples(runs(ECHO_SAMPLES)).await?;
     let relay_rate = (drained.load(Ordering::Relaxed) - before) as f64 / t.elapsed().as_secs_f64();
     drain.abort();
+    // Detaching leaves `yes` running into the agent's ring: end it, so it does not take CPU
+    // from the rows after this one.
+    let _ = host.session().await?.kill(&flooding_pane.binding).await;
     rows.push(row(
         "ssh echo next to a `yes` pane read as fast as it comes",
         &flooding,
@@ -395,6 +398,15 @@ async fn plain_echo_next_to_flood(ssh: &SshHost) -> anyhow::Result<(Vec<Duration
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // A client that cannot use the master would silently open its own connection.
+    let check = ssh
+        .plain_ssh_via(ssh.port(), &["-S", control, "-O", "check"])
+        .stderr(Stdio::null())
+        .status()?;
+    anyhow::ensure!(
+        check.success(),
+        "the ControlMaster connection does not answer"
+    );
     let flood_args = ["-S", control, "-tt", "exec yes flood-flood-flood"];
     let mut flood = tokio::process::Command::from(ssh.plain_ssh_via(ssh.port(), &flood_args))
         .stdin(Stdio::piped())
