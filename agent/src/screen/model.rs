@@ -150,9 +150,12 @@ impl Vt100Model {
 
 impl TerminalModel for Vt100Model {
     fn feed(&mut self, bytes: &[u8], events: &mut Vec<ScreenEvent>) {
-        let rows = self.parser.screen().size().0.get();
-        self.region.follow(self.unfinished.prefix(), bytes, rows);
-        let bytes = match self.replaceable(bytes) {
+        // The region as it was before this read decides; then this read's sequences count.
+        let replaced = self.replaceable(bytes);
+        let carried = self.unfinished.prefix().to_vec();
+        let alternate_before = self.parser.screen().alternate_screen();
+        let whole = bytes;
+        let bytes = match replaced {
             Some(end) => {
                 self.scroll_past(&bytes[..end]);
                 &bytes[end..]
@@ -168,11 +171,19 @@ impl TerminalModel for Vt100Model {
         }
         self.parser.process(&bytes[done..]);
         events.append(&mut self.parser.callbacks_mut().events);
+        let screen = self.parser.screen();
+        let on_primary = !alternate_before && !screen.alternate_screen();
+        self.region
+            .follow(&carried, whole, screen.size().0.get(), on_primary);
     }
 
     fn resize(&mut self, cols: u16, rows: u16) {
         // Rows pushed off the top when the height shrinks reach `on_scroll` like scrolled ones.
-        // vt100 resizes the primary grid too while the alternate screen is active.
+        // vt100 resizes the primary grid too while the alternate screen is active, and a
+        // change of size sets both grids' scroll regions to the whole screen.
+        if (cols.max(1), rows.max(1)) != self.size() {
+            self.region = ScrollRegion::default();
+        }
         self.parser.set_size(cells(rows), cells(cols));
     }
 

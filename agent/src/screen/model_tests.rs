@@ -535,11 +535,14 @@ fn fed_far_behind(rows: u16, head: &[u8], flood: &[u8], tail: &[u8]) -> (Vt100Mo
     (model, skipped)
 }
 
+/// Plain lines with SGR: underline and a magenta background set once early (so only the
+/// skipped lines set them), the foreground and bold changed and reset line by line.
 fn coloured_flood() -> Vec<u8> {
     (0..20_000u32)
         .map(|i| match i % 5 {
+            _ if i == 100 => format!("\x1b[4;45m{i}\r\n"),
             0 => format!(
-                "\x1b[3{}m{i} a line longer than thirty columns wraps\r\n",
+                "\x1b[3{}m{i} a line longer than thirty columns wraps\x1b[39m\r\n",
                 i % 8
             ),
             1 => format!("{i}\tx\x08y\r\n"),
@@ -568,17 +571,33 @@ fn plain_lines_far_behind_are_not_drawn_yet_leave_the_same_screen() {
     }
 }
 
-/// With a scroll region set, a line feed below it does not scroll: plain lines are then drawn,
-/// so the one row they overwrite shows what a terminal shows. Once the region is the whole
-/// screen again, they are skipped again.
+/// With a scroll region set, a line feed outside it moves the cursor without scrolling the
+/// region (above it: into it; below it: not at all), so plain lines are drawn and the rows
+/// they write show what a terminal shows. A reset of the region at the end of a read counts
+/// from the next read; one on the alternate screen does not reset the primary screen's. Once
+/// the primary screen's region is the whole screen again, plain lines are skipped again.
 #[test]
 fn plain_lines_are_drawn_while_a_scroll_region_is_set() {
-    let flood = coloured_flood();
-    let head = b"\x1b[1;3r\x1b[6Hbelow the region";
-    let (model, skipped) = fed_far_behind(6, head, &flood, b"done");
-    assert_eq!(skipped, 0);
-    let all = [&head[..], &flood, b"done"].concat();
-    assert_same_screen(render(&model).screen(), reference(30, 6, &all).screen());
+    let flood = [&coloured_flood()[..], b"\x1b[r"].concat();
+    for head in [&b"\x1b[2;4r\x1b[H"[..], b"\x1b[1;3r\x1b[5Hbelow the region"] {
+        let (model, skipped) = fed_far_behind(6, head, &flood, b"done");
+        assert_eq!(skipped, 0, "{:?}", String::from_utf8_lossy(head));
+        let all = [head, &flood, b"done"].concat();
+        assert_same_screen(render(&model).screen(), reference(30, 6, &all).screen());
+    }
+
+    let mut model = Vt100Model::new(30, 6, 100);
+    for read in [
+        &b"\x1b[1;3r"[..],
+        b"\x1b[?1049h",
+        b"\x1b[r",
+        b"\x1b[?1049l\x1b[5H",
+    ] {
+        feed(&mut model, read);
+    }
+    model.set_scrollback_capture(false);
+    feed(&mut model, &coloured_flood()[..16 * 1024]);
+    assert_eq!(model.skipped, 0, "the primary screen's region is still set");
 
     let (_, skipped) = fed_far_behind(6, b"\x1b[1;3r\x1b[r", &flood, b"done");
     assert!(skipped > 0, "the region is the whole screen again");

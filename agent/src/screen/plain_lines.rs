@@ -18,7 +18,8 @@
 
 /// The end of the lines at the start of `bytes` that may be replaced (see the module docs):
 /// `bytes[..end]` is plain, ends with CR LF and holds at least `rows` line feeds, and at least
-/// `rows` more line feeds follow it in the same plain run. `None` when there is no such end.
+/// `rows` more line feeds follow it in the same plain run, and a character is printed after it.
+/// `None` when there is no such end.
 pub fn replaceable(bytes: &[u8], rows: usize) -> Option<usize> {
     let mut total = 0;
     walk(bytes, |_, b| {
@@ -29,14 +30,18 @@ pub fn replaceable(bytes: &[u8], rows: usize) -> Option<usize> {
     if total < 2 * rows {
         return None;
     }
-    let (mut line_feeds, mut end) = (0, None);
+    // vt100 repeats the last character printed for `CSI b` (REP): one must be printed after
+    // the lines replaced, or the one they printed would be missing.
+    let (mut line_feeds, mut boundary, mut end) = (0, None, None);
     walk(bytes, |i, b| {
         if b == b'\n' {
             line_feeds += 1;
             let crlf = i > 0 && bytes[i - 1] == b'\r';
             if crlf && line_feeds >= rows && total - line_feeds >= rows {
-                end = Some(i + 1);
+                boundary = Some(i + 1);
             }
+        } else if (0x20..=0x7e).contains(&b) {
+            end = end.max(boundary);
         }
     });
     end
@@ -85,8 +90,9 @@ fn sgr_len(bytes: &[u8]) -> Option<usize> {
 
 /// Whether the primary screen may have a scroll region other than the whole screen (DECSTBM,
 /// `CSI Pt ; Pb r`), as far as the output followed tells. Errs on "may": a region set on the
-/// alternate screen counts too, and one is forgotten only by a `CSI r` for the whole screen in
-/// output that does not switch screens.
+/// alternate screen counts too, a sequence it cannot read counts as a partial region, and a
+/// region is forgotten only by a `CSI r` for the whole screen in a read that stayed on the
+/// primary screen and holds no screen switch, or by a change of size.
 #[derive(Debug, Default)]
 pub struct ScrollRegion {
     may_be_partial: bool,
@@ -98,71 +104,77 @@ impl ScrollRegion {
         self.may_be_partial
     }
 
-    /// Follows `bytes` of output on a screen of `rows` rows. `carried` is the escape sequence
-    /// the output before them stopped inside (the model's unfinished prefix), which `bytes`
-    /// may complete.
-    pub fn follow(&mut self, carried: &[u8], bytes: &[u8], rows: u16) {
-        if carried.starts_with(b"\x1b[") && carried.len() < 32 {
-            let mut joined = carried.to_vec();
-            joined.extend_from_slice(&bytes[..bytes.len().min(32)]);
-            if let Some(len) = decstbm(&joined) {
-                self.saw(whole_screen(&joined[..len], rows), bytes);
-            }
-        }
+    /// Follows a read of output, `bytes`, on a screen of `rows` rows. `carried` is the escape
+    /// sequence the output before them stopped inside (the model's unfinished prefix), which
+    /// `bytes` may complete; `on_primary` says the primary screen was active before and after.
+    pub fn follow(&mut self, carried: &[u8], bytes: &[u8], rows: u16, on_primary: bool) {
+        let mut joined;
+        let text = if carried.is_empty() {
+            bytes
+        } else {
+            joined = carried.to_vec();
+            joined.extend_from_slice(bytes);
+            &joined[..]
+        };
+        let switches = [&b"1049"[..], b"1047", b"?47"]
+            .iter()
+            .any(|s| text.windows(s.len()).any(|w| w == *s));
         let mut at = 0;
-        while let Some(esc) = bytes[at..].iter().position(|&b| b == 0x1b) {
+        while let Some(esc) = text[at..].iter().position(|&b| b == 0x1b) {
             let start = at + esc;
-            match decstbm(&bytes[start..]) {
-                Some(len) => {
-                    self.saw(whole_screen(&bytes[start..start + len], rows), bytes);
+            match decstbm(&text[start..]) {
+                Some((len, whole)) => {
+                    let whole = whole.is_some_and(|(top, bottom)| {
+                        top <= 1 && (bottom == 0 || bottom >= u32::from(rows))
+                    });
+                    if !whole {
+                        self.may_be_partial = true;
+                    } else if on_primary && !switches {
+                        self.may_be_partial = false;
+                    }
                     at = start + len;
                 }
                 None => at = start + 1,
             }
         }
     }
-
-    fn saw(&mut self, full: bool, bytes: &[u8]) {
-        let switches = [&b"\x1b[?1049"[..], b"\x1b[?1047", b"\x1b[?47"]
-            .iter()
-            .any(|s| bytes.windows(s.len()).any(|w| w == *s));
-        if !full {
-            self.may_be_partial = true;
-        } else if !switches {
-            self.may_be_partial = false;
-        }
-    }
 }
 
-/// The length of the `CSI Pt ; Pb r` at the start of `bytes`, if one is. Parameters are digits
-/// and `;` only (`CSI ? ... r` is another sequence).
-fn decstbm(bytes: &[u8]) -> Option<usize> {
+/// The `CSI ... r` (DECSTBM) at the start of `bytes`, if one is: its length and, when its
+/// parameters read as `Pt ; Pb` (missing ones 0), the two. C0 controls inside are skipped, as
+/// the parser executes them; a sequence with a private marker (`CSI ? ... r`) or an
+/// intermediate byte is another one. `(len, None)`: DECSTBM with parameters not understood.
+fn decstbm(bytes: &[u8]) -> Option<(usize, Option<(u32, u32)>)> {
     if !bytes.starts_with(b"\x1b[") {
         return None;
     }
-    let params = bytes[2..]
-        .iter()
-        .take_while(|b| b.is_ascii_digit() || **b == b';')
-        .count();
-    (bytes.get(2 + params) == Some(&b'r')).then_some(3 + params)
+    let mut params = Vec::new();
+    for (i, &b) in bytes.iter().enumerate().skip(2) {
+        match b {
+            0x30..=0x3f => params.push(b),
+            0x1b | 0x18 | 0x1a => return None,
+            0x00..=0x1f => {}
+            b'r' if params.first().is_some_and(|b| (0x3c..=0x3f).contains(b)) => return None,
+            b'r' => return Some((i + 1, top_bottom(&params))),
+            _ => return None,
+        }
+    }
+    None
 }
 
-/// Whether DECSTBM `sequence` sets the whole screen of `rows` rows as the region (a missing or
-/// 0 top is 1, a missing or 0 bottom is the last row, as in vt100 and xterm).
-fn whole_screen(sequence: &[u8], rows: u16) -> bool {
-    let params = &sequence[2..sequence.len() - 1];
+/// `Pt ; Pb` from DECSTBM parameters of digits and `;` (missing or empty ones 0); `None` for
+/// anything else (sub-parameters, more than two).
+fn top_bottom(params: &[u8]) -> Option<(u32, u32)> {
     let mut numbers = params.split(|&b| b == b';').map(|p| {
-        std::str::from_utf8(p)
-            .ok()
-            .and_then(|s| s.parse::<u32>().ok())
-            .unwrap_or(0)
+        if p.is_empty() {
+            Some(0)
+        } else {
+            std::str::from_utf8(p).ok()?.parse::<u32>().ok()
+        }
     });
-    let top = numbers.next().unwrap_or(0).max(1);
-    let bottom = match numbers.next().unwrap_or(0) {
-        0 => u32::from(rows),
-        n => n,
-    };
-    numbers.next().is_none() && top == 1 && bottom >= u32::from(rows)
+    let top = numbers.next().unwrap_or(Some(0))?;
+    let bottom = numbers.next().unwrap_or(Some(0))?;
+    numbers.next().is_none().then_some((top, bottom))
 }
 
 #[cfg(test)]
@@ -184,6 +196,16 @@ mod tests {
         assert_eq!(replaceable(b"a\r\n\x1b[Ab\r\nc\r\n", 1), None);
         assert_eq!(replaceable(b"a\r\nb\r\n\x1b[3", 1), Some(3));
         assert_eq!(
+            replaceable(b"a\r\nb\r\n\r\n", 1),
+            Some(3),
+            "b is printed after"
+        );
+        assert_eq!(
+            replaceable(b"a\r\n\r\n\r\n", 1),
+            None,
+            "nothing printed after"
+        );
+        assert_eq!(
             sgr_sequences(coloured).collect::<Vec<_>>(),
             [&b"\x1b[31m"[..], b"\x1b[1;4:3m"]
         );
@@ -192,19 +214,38 @@ mod tests {
     #[test]
     fn a_scroll_region_is_followed_even_when_split() {
         let mut region = ScrollRegion::default();
-        region.follow(b"", b"text\x1b[2;4r", 5);
-        assert!(region.may_be_partial());
-        region.follow(b"", b"\x1b[r", 5);
-        assert!(!region.may_be_partial(), "CSI r: the whole screen");
-        region.follow(b"", b"\x1b[1;3r", 5);
-        assert!(region.may_be_partial());
-        region.follow(b"", b"\x1b[0;5r", 5);
-        assert!(!region.may_be_partial(), "0 ; rows: the whole screen");
-        region.follow(b"\x1b[2;", b"3r more", 5);
-        assert!(region.may_be_partial(), "completed from the carried prefix");
-        region.follow(b"", b"\x1b[?1049h\x1b[r\x1b[?1049l", 5);
-        assert!(region.may_be_partial(), "a reset while switching screens");
-        region.follow(b"", b"\x1b[?5r", 5);
-        assert!(region.may_be_partial(), "CSI ? r is not DECSTBM");
+        let mut follow = |carried: &[u8], bytes: &[u8], on_primary| {
+            region.follow(carried, bytes, 5, on_primary);
+            region.may_be_partial()
+        };
+        assert!(follow(b"", b"text\x1b[2;4r", true));
+        assert!(!follow(b"", b"\x1b[r", true), "CSI r: the whole screen");
+        assert!(follow(b"", b"\x1b[1;3r", true));
+        assert!(
+            !follow(b"", b"\x1b[0;5r", true),
+            "0 ; rows: the whole screen"
+        );
+        assert!(
+            follow(b"\x1b[2;", b"3r more", true),
+            "completed from the carried prefix"
+        );
+        assert!(!follow(b"", b"\x1b[r", true));
+        assert!(follow(b"\x1b", b"[1;3r", true), "split right after ESC");
+        assert!(
+            follow(b"", b"\x1b[?1;1049h\x1b[r", true),
+            "a reset while switching"
+        );
+        assert!(
+            follow(b"", b"\x1b[r", false),
+            "a reset on the alternate screen"
+        );
+        assert!(follow(b"", b"\x1b[?5r", true), "CSI ? r is not DECSTBM");
+        assert!(!follow(b"", b"\x1b[r", true));
+        assert!(follow(b"", b"\x1b[1;3\nr", true), "a control inside");
+        assert!(!follow(b"", b"\x1b[r", true));
+        assert!(
+            follow(b"", b"\x1b[1:2;3r", true),
+            "sub-parameters: not understood"
+        );
     }
 }
