@@ -116,9 +116,12 @@ impl ScrollRegion {
             joined.extend_from_slice(bytes);
             &joined[..]
         };
-        let switches = [&b"1049"[..], b"1047", b"?47"]
-            .iter()
-            .any(|s| text.windows(s.len()).any(|w| w == *s));
+        // Looked for only when a reset is found (rare; the scan costs as much as the rest).
+        let switches = || {
+            [&b"1049"[..], b"1047", b"?47"]
+                .iter()
+                .any(|s| text.windows(s.len()).any(|w| w == *s))
+        };
         let mut at = 0;
         while let Some(esc) = text[at..].iter().position(|&b| b == 0x1b) {
             let start = at + esc;
@@ -129,7 +132,7 @@ impl ScrollRegion {
                     });
                     if !whole {
                         self.may_be_partial = true;
-                    } else if on_primary && !switches {
+                    } else if on_primary && !switches() {
                         self.may_be_partial = false;
                     }
                     at = start + len;
