@@ -285,15 +285,16 @@ fn search_path(program: &Program) -> Option<&OsStr> {
     program.env_var("PATH").or(Some(OsStr::new(FALLBACK_PATH)))
 }
 
-/// The first entry of `dirs` (a `PATH` value) that holds a file or directory named
-/// `program` (as `execvp` tries them: one that is not executable is reported as such).
+/// The first entry of `dirs` (a `PATH` value) that holds a file, directory or symbolic link
+/// named `program` (as `execvp` tries them: one that is not executable, or a link to nothing,
+/// is reported as such).
 fn find_in(program: &OsStr, dirs: &OsStr) -> Option<std::path::PathBuf> {
     if program.is_empty() {
         return None;
     }
     std::env::split_paths(dirs)
         .map(|d| d.join(program))
-        .find(|p| p.exists())
+        .find(|p| p.exists() || p.is_symlink())
 }
 
 #[cfg(test)]

@@ -181,6 +181,16 @@ fn programs_that_cannot_start_are_explained() {
             "relay-no-such-program was not found: PATH is empty".into(),
         ),
         (
+            program(
+                &["dangling"],
+                &[("PATH", &format!("/usr/bin:{}", dir.path().display()))],
+            ),
+            format!(
+                "{} is a symbolic link to /no/such/target, which does not exist",
+                dangling.display()
+            ),
+        ),
+        (
             at(&dangling),
             format!(
                 "{} is a symbolic link to /no/such/target, which does not exist",
