@@ -6,8 +6,8 @@
 //! - `cwd`: must be an existing directory, checked here and refused with
 //!   [`ErrorReply::SpawnFailed`] naming the path (never a silent fall back to the home
 //!   directory). `~` and `~/...` expand to the home directory; relative paths are taken from the
-//!   home directory. The home directory is the program's `HOME` (below) when that is a
-//!   directory, else the passwd entry's.
+//!   home directory. The home directory is the program's `HOME` (below) when that is an
+//!   absolute path to a directory it can enter, else the passwd entry's.
 //! - A clean environment, like sshd gives a login (see [`clean_env`]): `HOME`, `USER`, `LOGNAME`,
 //!   `SHELL`, `PATH`, `TERM` (from the spec; default `xterm-256color`, also for an empty one),
 //!   `LANG` and `LC_*` and `XDG_RUNTIME_DIR` when the daemon has them, then the spec's extra

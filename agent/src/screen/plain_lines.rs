@@ -108,57 +108,67 @@ impl ScrollRegion {
     /// sequence the output before them stopped inside (the model's unfinished prefix), which
     /// `bytes` may complete; `on_primary` says the primary screen was active before and after.
     pub fn follow(&mut self, carried: &[u8], bytes: &[u8], rows: u16, on_primary: bool) {
-        let mut joined;
-        let text = if carried.is_empty() {
-            bytes
-        } else {
-            joined = carried.to_vec();
-            joined.extend_from_slice(bytes);
-            &joined[..]
+        // The carried sequence with the start of this read (a sequence it completes, or a
+        // screen switch split across the two), without copying the whole read.
+        let head = match carried {
+            [] => Vec::new(),
+            _ => [carried, &bytes[..bytes.len().min(64)]].concat(),
         };
         // Looked for only when a reset is found (rare; the scan costs as much as the rest).
         let switches = || {
-            [&b"1049"[..], b"1047", b"?47"]
-                .iter()
-                .any(|s| text.windows(s.len()).any(|w| w == *s))
+            [&head[..], bytes].iter().any(|text| {
+                [&b"1049"[..], b"1047", b"?47"]
+                    .iter()
+                    .any(|s| text.windows(s.len()).any(|w| w == *s))
+            })
         };
-        let mut at = 0;
-        while let Some(esc) = text[at..].iter().position(|&b| b == 0x1b) {
-            let start = at + esc;
-            match decstbm(&text[start..]) {
-                Some((len, whole)) => {
-                    let whole = whole.is_some_and(|(top, bottom)| {
-                        top <= 1 && (bottom == 0 || bottom >= u32::from(rows))
-                    });
-                    if !whole {
-                        self.may_be_partial = true;
-                    } else if on_primary && !switches() {
-                        self.may_be_partial = false;
-                    }
-                    at = start + len;
-                }
-                None => at = start + 1,
+        let mut saw = |found: Option<(usize, Option<(u32, u32)>)>| {
+            let (len, params) = found?;
+            let whole = params.is_some_and(|(top, bottom)| {
+                top <= 1 && (bottom == 0 || bottom >= u32::from(rows))
+            });
+            if !whole {
+                self.may_be_partial = true;
+            } else if on_primary && !switches() {
+                self.may_be_partial = false;
             }
+            Some(len)
+        };
+        if !carried.is_empty() {
+            saw(decstbm(&head));
+        }
+        let mut at = 0;
+        while let Some(esc) = bytes[at..].iter().position(|&b| b == 0x1b) {
+            let start = at + esc;
+            at = start + saw(decstbm(&bytes[start..])).unwrap_or(1);
         }
     }
 }
 
 /// The `CSI ... r` (DECSTBM) at the start of `bytes`, if one is: its length and, when its
 /// parameters read as `Pt ; Pb` (missing ones 0), the two. C0 controls inside are skipped, as
-/// the parser executes them; a sequence with a private marker (`CSI ? ... r`) or an
-/// intermediate byte is another one. `(len, None)`: DECSTBM with parameters not understood.
+/// the parser executes them (the parameters are then not read: `None`); a sequence with a
+/// private marker (`CSI ? ... r`) or an intermediate byte is another one. `(len, None)`:
+/// DECSTBM with parameters not understood.
 fn decstbm(bytes: &[u8]) -> Option<(usize, Option<(u32, u32)>)> {
     if !bytes.starts_with(b"\x1b[") {
         return None;
     }
-    let mut params = Vec::new();
+    let mut controls = false;
     for (i, &b) in bytes.iter().enumerate().skip(2) {
         match b {
-            0x30..=0x3f => params.push(b),
+            0x30..=0x3f => {}
             0x1b | 0x18 | 0x1a => return None,
-            0x00..=0x1f => {}
-            b'r' if params.first().is_some_and(|b| (0x3c..=0x3f).contains(b)) => return None,
-            b'r' => return Some((i + 1, top_bottom(&params))),
+            0x00..=0x1f => controls = true,
+            b'r' if bytes.get(2).is_some_and(|b| (0x3c..=0x3f).contains(b)) => return None,
+            b'r' => {
+                let params = if controls {
+                    None
+                } else {
+                    top_bottom(&bytes[2..i])
+                };
+                return Some((i + 1, params));
+            }
             _ => return None,
         }
     }
