@@ -6,6 +6,8 @@
 //! - [`unfinished`]: the escape sequence the output stopped inside (ends every snapshot);
 //! - [`worker`]: the daemon's one thread that keeps models caught up.
 
+#[cfg(test)]
+mod flowing_tests;
 mod model;
 mod plain_lines;
 pub mod pty_screen;

@@ -38,6 +38,25 @@ const LOOKAHEAD_LAG: u64 = 64 * 1024;
 /// Safety margin on newlines counted ahead (cursor movement can undo some of them).
 const LOOKAHEAD_FACTOR: usize = 2;
 
+/// The most the model thread leaves unparsed at the ring's end while output keeps flowing
+/// ([`PtyScreen::catch_up_flowing`]), in bytes.
+const TAIL_MAX: u64 = 256 * 1024;
+
+/// What a catch-up did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaughtUp {
+    /// Everything up to the target was parsed (or the ring had less).
+    Done,
+    /// A tail was left unparsed because output keeps flowing; it must be parsed later.
+    TailLeft,
+}
+
+/// A catch-up that may leave the tail while output flows: whether it has parsed backlog
+/// without keeping rows yet (only then is a tail left).
+struct LeaveTail {
+    skipped_rows: bool,
+}
+
 /// A snapshot taken at an exact output offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TakenSnapshot {
@@ -58,6 +77,8 @@ pub struct PtyScreen {
     fed: AtomicU64,
     /// Set while a catch-up is queued on the worker, so a flood queues one job, not thousands.
     queued: AtomicBool,
+    /// The ring's end when the model thread last caught up (whether output keeps flowing).
+    worker_seen: AtomicU64,
     /// Highest event key recorded (0: none yet); subscriptions wait on it.
     keys: watch::Sender<u64>,
 }
@@ -85,6 +106,7 @@ impl PtyScreen {
             }),
             fed: AtomicU64::new(0),
             queued: AtomicBool::new(false),
+            worker_seen: AtomicU64::new(0),
             keys: watch::Sender::new(0),
         }
     }
@@ -138,7 +160,7 @@ impl PtyScreen {
             // than for a whole ring at once.
             let upto = needed - capacity as u64 + CATCH_UP_CHUNK as u64;
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            self.catch_up_locked(&mut inner, ring, upto);
+            self.catch_up_locked(&mut inner, ring, upto, None);
         }
     }
 
@@ -168,15 +190,45 @@ impl PtyScreen {
     /// backlog.
     pub fn catch_up(&self, ring: &Mutex<Ring>) {
         let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
+        self.catch_up_to(ring, target, None);
+    }
+
+    /// The model thread's catch-up: like [`PtyScreen::catch_up`], except while output keeps
+    /// flowing (the ring grew by more than [`LOOKAHEAD_LAG`] since the thread's previous
+    /// catch-up of this PTY). It then stops where rows would start to be kept as scrollback, if
+    /// it has parsed backlog without keeping rows and at most [`TAIL_MAX`] bytes are left: the
+    /// next batch usually pushes those rows out again, so they are parsed once, the cheap way,
+    /// instead of formatted into the scrollback at the end of every batch. Returns
+    /// [`CaughtUp::TailLeft`] then, and the caller must come back for the tail: an event in it
+    /// is recorded one batch later. Snapshots, resizes and exits parse everything, as before.
+    pub fn catch_up_flowing(&self, ring: &Mutex<Ring>) -> CaughtUp {
+        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
+        let seen = self.worker_seen.swap(target, Ordering::AcqRel);
+        let flowing = target.saturating_sub(seen) > LOOKAHEAD_LAG;
+        let mut tail = LeaveTail {
+            skipped_rows: false,
+        };
+        self.catch_up_to(ring, target, flowing.then_some(&mut tail))
+    }
+
+    fn catch_up_to(
+        &self,
+        ring: &Mutex<Ring>,
+        target: u64,
+        mut tail: Option<&mut LeaveTail>,
+    ) -> CaughtUp {
         loop {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             if inner.fed >= target {
-                return;
+                return CaughtUp::Done;
             }
             let step = (inner.fed + LOCK_STEP).min(target);
-            self.catch_up_locked(&mut inner, ring, step);
+            let caught_up = self.catch_up_locked(&mut inner, ring, step, tail.as_deref_mut());
+            if caught_up == CaughtUp::TailLeft {
+                return caught_up;
+            }
             if inner.fed < step {
-                return; // The ring had less than expected (a gap was logged).
+                return CaughtUp::Done; // The ring had less than expected (a gap was logged).
             }
         }
     }
@@ -188,26 +240,48 @@ impl PtyScreen {
     /// out again; parsing short lines is then several times faster, and plain lines that the
     /// same read scrolls out again are not drawn at all (`plain_lines.rs`), which leaves the
     /// same screen.
-    fn catch_up_locked(&self, inner: &mut Inner, ring: &Mutex<Ring>, upto: u64) {
+    ///
+    /// With `tail` (see [`PtyScreen::catch_up_flowing`]) it stops before the first chunk whose
+    /// rows would be kept, once it has skipped keeping some, if at most [`TAIL_MAX`] bytes are
+    /// left, and returns [`CaughtUp::TailLeft`].
+    fn catch_up_locked(
+        &self,
+        inner: &mut Inner,
+        ring: &Mutex<Ring>,
+        upto: u64,
+        mut tail: Option<&mut LeaveTail>,
+    ) -> CaughtUp {
         let rows = usize::from(inner.model.size().1);
         let needed = LOOKAHEAD_FACTOR * (self.scrollback_lines + rows);
         while inner.fed < upto {
             let max = (upto - inner.fed).min(CATCH_UP_CHUNK as u64) as usize;
             let (read, far_behind) = {
                 let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-                let read = ring.read_from(inner.fed, max);
                 // Counted to the ring's end even when parsing stops at `upto`: every byte held
                 // is parsed before any snapshot is taken. The scan stops at `needed`.
                 let far_behind = ring.end().saturating_sub(inner.fed) > LOOKAHEAD_LAG
                     && ring.count_from(inner.fed + max as u64, b'\n', needed) >= needed;
-                (read, far_behind)
+                let left = ring.end().saturating_sub(inner.fed);
+                if !far_behind
+                    && left <= TAIL_MAX
+                    && tail.as_deref().is_some_and(|t| t.skipped_rows)
+                {
+                    drop(ring);
+                    inner.model.set_scrollback_capture(true);
+                    return CaughtUp::TailLeft;
+                }
+                (ring.read_from(inner.fed, max), far_behind)
             };
             match read {
                 ReadFrom::Data(data) => {
                     let Inner {
                         model, found, fed, ..
                     } = &mut *inner;
-                    model.set_scrollback_capture(!far_behind || data.len() < max);
+                    let keep_rows = !far_behind || data.len() < max;
+                    if let Some(tail) = tail.as_deref_mut() {
+                        tail.skipped_rows |= !keep_rows;
+                    }
+                    model.set_scrollback_capture(keep_rows);
                     model.feed(&data, found);
                     *fed += data.len() as u64;
                     self.fed.store(*fed, Ordering::Release);
@@ -224,6 +298,7 @@ impl PtyScreen {
             }
         }
         inner.model.set_scrollback_capture(true);
+        CaughtUp::Done
     }
 
     fn record_events(&self, inner: &mut Inner) {
@@ -255,7 +330,7 @@ impl PtyScreen {
         self.catch_up(ring);
         let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring, target);
+        self.catch_up_locked(&mut inner, ring, target, None);
         let (cols, rows) = inner.model.size();
         TakenSnapshot {
             offset: inner.fed,
@@ -270,7 +345,7 @@ impl PtyScreen {
         self.catch_up(ring);
         let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        self.catch_up_locked(&mut inner, ring, target);
+        self.catch_up_locked(&mut inner, ring, target, None);
         inner.model.resize(size.cols, size.rows);
     }
 

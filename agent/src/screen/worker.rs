@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::Duration;
 
-use super::pty_screen::{PtyScreen, ScreenFeed};
+use super::pty_screen::{CaughtUp, PtyScreen, ScreenFeed};
 use crate::ring::Ring;
 
 type Job = (Weak<PtyScreen>, Weak<Mutex<Ring>>);
@@ -30,18 +30,32 @@ fn worker() -> Option<&'static mpsc::Sender<Job>> {
     WORKER
         .get_or_init(|| {
             let (tx, rx) = mpsc::channel::<Job>();
+            let own = tx.clone();
             let spawned = thread::Builder::new()
                 .name("relay-screen".into())
                 .spawn(move || {
+                    let mut again = Vec::new();
                     while let Ok(first) = rx.recv() {
                         thread::sleep(BATCH_DELAY);
-                        for (screen, ring) in std::iter::once(first).chain(rx.try_iter()) {
-                            let (Some(screen), Some(ring)) = (screen.upgrade(), ring.upgrade())
+                        let jobs: Vec<Job> = std::iter::once(first).chain(rx.try_iter()).collect();
+                        for (weak_screen, weak_ring) in jobs {
+                            let (Some(screen), Some(ring)) =
+                                (weak_screen.upgrade(), weak_ring.upgrade())
                             else {
                                 continue;
                             };
                             screen.clear_queued();
-                            screen.catch_up(&ring);
+                            if screen.catch_up_flowing(&ring) == CaughtUp::TailLeft
+                                && screen.mark_queued()
+                            {
+                                again.push((weak_screen, weak_ring));
+                            }
+                        }
+                        // Queued after the round, so the tail waits for the next batch even
+                        // when nothing more is written.
+                        for job in again.drain(..) {
+                            // Cannot fail: this thread holds the receiver.
+                            let _ = own.send(job);
                         }
                     }
                 });
