@@ -9,7 +9,10 @@
 //! model in pieces of hundreds of kilobytes, whose early rows it need not keep as scrollback
 //! (they scroll out again), which costs far less CPU than parsing every read as it comes. The
 //! model is at most that much behind the output when nobody asks; a snapshot, a resize and an
-//! exit each catch it up first.
+//! exit each catch it up first. While output keeps flowing, the thread leaves the last rows of a
+//! batch (those it would have to keep as scrollback) for the next batch, which usually pushes
+//! them out again ([`PtyScreen::catch_up_flowing`]); it queues the PTY again itself, so the tail
+//! is parsed one batch later even when nothing more is written.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
