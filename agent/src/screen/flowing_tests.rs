@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use relay_protocol::{Incarnation, PtyId, TermSize};
 
-use super::pty_screen::{CaughtUp, PtyScreen, ScreenFeed};
+use super::pty_screen::{CaughtUp, PtyScreen, ScreenFeed, TAIL_MAX};
 use super::worker;
+use super::ScreenEvent;
 use crate::ring::Ring;
 
 const SIZE: TermSize = TermSize { cols: 20, rows: 3 };
@@ -31,44 +32,59 @@ fn caught_up(screen: &PtyScreen, ring: &Mutex<Ring>) -> bool {
     !screen.must_parse_before(end, 0, 0)
 }
 
+/// Lines `from..to`, with a bell after every 500th.
+fn lines_with_bells(from: u32, to: u32) -> Vec<u8> {
+    (from..to)
+        .flat_map(|i| {
+            let bell = if i % 500 == 499 { "\x07" } else { "" };
+            format!("{i}{bell}\r\n").into_bytes()
+        })
+        .collect()
+}
+
 #[test]
 fn a_flowing_flood_leaves_its_tail_for_the_next_batch_and_loses_nothing() {
     let ring = Mutex::new(Ring::new(4 << 20));
     let screen = PtyScreen::new(pty(), SIZE, 10);
-    // A title set near the end of the first batch, in the tail that is left.
-    let mut first = lines(0, 50_000);
+    // A title set near the end of the first batch, in the tail that is left; bells throughout,
+    // so a byte parsed twice or skipped shows in the events.
+    let mut first = lines_with_bells(0, 50_000);
     first.extend_from_slice(b"\x1b]2;midway\x07");
+    let title_end = first.len() as u64;
     first.extend_from_slice(&lines(50_000, 50_005));
     ring.lock().unwrap().append(&first);
     assert_eq!(screen.catch_up_flowing(&ring), CaughtUp::TailLeft);
     assert!(!caught_up(&screen, &ring), "the tail is left");
+    let title = ScreenEvent::Title("midway".into());
     assert!(
-        screen.events(0, u64::MAX).is_empty(),
+        !screen.events(0, u64::MAX).iter().any(|e| e.event == title),
         "the title is in the tail"
     );
 
     // The next batch: the old tail is now far behind, a new one is left.
-    let second = lines(50_005, 100_000);
+    let second = lines_with_bells(50_005, 100_000);
     ring.lock().unwrap().append(&second);
     assert_eq!(screen.catch_up_flowing(&ring), CaughtUp::TailLeft);
-    let events = screen.events(0, u64::MAX);
-    assert_eq!(events.len(), 1, "the title is recorded one batch later");
-    let title_end = (first.len() - lines(50_000, 50_005).len()) as u64;
-    assert!(
-        (title_end..=(first.len() + second.len()) as u64).contains(&events[0].offset),
-        "an offset after the title: {}",
-        events[0].offset
-    );
-    assert_eq!(events[0].key, 1);
+    let titles: Vec<_> = screen
+        .events(0, u64::MAX)
+        .into_iter()
+        .filter(|e| e.event == title)
+        .collect();
+    assert_eq!(titles.len(), 1, "the title is recorded a batch later");
+    assert!(titles[0].offset >= title_end, "{}", titles[0].offset);
 
-    // Nothing more written: the tail is parsed, rows kept.
+    // Output slows (60 KB in a batch, under the 64 KiB that counts as flowing): everything is
+    // parsed, rows kept.
+    let third = lines(100_000, 107_500);
+    ring.lock().unwrap().append(&third);
     assert_eq!(screen.catch_up_flowing(&ring), CaughtUp::Done);
     assert!(caught_up(&screen, &ring));
 
     let reference_ring = Mutex::new(Ring::new(4 << 20));
     let reference = PtyScreen::new(pty(), SIZE, 10);
-    reference_ring.lock().unwrap().append(&first);
-    reference_ring.lock().unwrap().append(&second);
+    for part in [&first, &second, &third] {
+        reference_ring.lock().unwrap().append(part);
+    }
     let expected = reference.snapshot(&reference_ring);
     let got = screen.snapshot(&ring);
     assert_eq!(got.offset, expected.offset);
@@ -79,8 +95,36 @@ fn a_flowing_flood_leaves_its_tail_for_the_next_batch_and_loses_nothing() {
     );
     let text = String::from_utf8_lossy(&got.data);
     assert!(
-        text.contains("99988\r\n") && !text.contains("not kept"),
+        text.contains("107488\r\n") && !text.contains("not kept"),
         "{text:?}"
+    );
+
+    let events = screen.events(0, u64::MAX);
+    let kinds = |events: &[relay_protocol::message::Event]| {
+        events.iter().map(|e| e.event.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        events.len(),
+        1 + 100_000 / 500,
+        "every bell and the title, once"
+    );
+    assert_eq!(kinds(&events), kinds(&reference.events(0, u64::MAX)));
+    assert!(events
+        .windows(2)
+        .all(|w| w[1].key == w[0].key + 1 && w[1].offset >= w[0].offset));
+}
+
+#[test]
+fn a_tail_is_at_most_tail_max_even_when_many_rows_are_kept() {
+    // 20,000 lines of scrollback: rows would be kept for the last ~280 KB, more than TAIL_MAX.
+    let ring = Mutex::new(Ring::new(4 << 20));
+    let screen = PtyScreen::new(pty(), SIZE, 20_000);
+    ring.lock().unwrap().append(&lines(0, 200_000));
+    assert_eq!(screen.catch_up_flowing(&ring), CaughtUp::TailLeft);
+    let end = ring.lock().unwrap().end();
+    assert!(
+        !screen.must_parse_before(end, TAIL_MAX as usize, 0),
+        "more than TAIL_MAX left unparsed"
     );
 }
 

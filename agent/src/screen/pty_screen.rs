@@ -3,7 +3,8 @@
 //!
 //! The model is fed from the ring, not by the PTY reader directly: the reader appends to the ring
 //! and asks the shared [`worker`](super::worker) to catch the model up (in batches, at most
-//! [`BATCH_DELAY`](super::worker::BATCH_DELAY) late), so parsing runs beside the reader instead
+//! [`BATCH_DELAY`](super::worker::BATCH_DELAY) late, a few batches for a flowing flood's tail),
+//! so parsing runs beside the reader instead
 //! of slowing it down. Only when the model lags so far that the next append
 //! would drop bytes it has not parsed does the reader parse them itself first
 //! ([`PtyScreen::before_append`]); the model therefore sees every byte, in order (rule E), and the
@@ -40,7 +41,7 @@ const LOOKAHEAD_FACTOR: usize = 2;
 
 /// The most the model thread leaves unparsed at the ring's end while output keeps flowing
 /// ([`PtyScreen::catch_up_flowing`]), in bytes.
-const TAIL_MAX: u64 = 256 * 1024;
+pub(super) const TAIL_MAX: u64 = 256 * 1024;
 
 /// What a catch-up did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,12 +196,14 @@ impl PtyScreen {
 
     /// The model thread's catch-up: like [`PtyScreen::catch_up`], except while output keeps
     /// flowing (the ring grew by more than [`LOOKAHEAD_LAG`] since the thread's previous
-    /// catch-up of this PTY). It then stops where rows would start to be kept as scrollback, if
-    /// it has parsed backlog without keeping rows and at most [`TAIL_MAX`] bytes are left: the
-    /// next batch usually pushes those rows out again, so they are parsed once, the cheap way,
-    /// instead of formatted into the scrollback at the end of every batch. Returns
-    /// [`CaughtUp::TailLeft`] then, and the caller must come back for the tail: an event in it
-    /// is recorded one batch later. Snapshots, resizes and exits parse everything, as before.
+    /// catch-up of this PTY). Once it has parsed backlog without keeping rows, it then stops at
+    /// the first chunk whose rows would be kept and after which at most [`TAIL_MAX`] bytes (a
+    /// quarter of a smaller ring) are left: the next batch usually pushes those rows out again,
+    /// so they are parsed once, the cheap way, instead of formatted into the scrollback at the
+    /// end of every batch. Returns [`CaughtUp::TailLeft`] then, and the caller must come back
+    /// for the tail. An event in it is recorded when a later batch parses it: while the flood
+    /// goes on, within about `TAIL_MAX / LOOKAHEAD_LAG + 1` batches; once it stops, in the next.
+    /// Snapshots, resizes and exits parse everything, as before.
     pub fn catch_up_flowing(&self, ring: &Mutex<Ring>) -> CaughtUp {
         let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
         let seen = self.worker_seen.swap(target, Ordering::AcqRel);
@@ -242,8 +245,8 @@ impl PtyScreen {
     /// same screen.
     ///
     /// With `tail` (see [`PtyScreen::catch_up_flowing`]) it stops before the first chunk whose
-    /// rows would be kept, once it has skipped keeping some, if at most [`TAIL_MAX`] bytes are
-    /// left, and returns [`CaughtUp::TailLeft`].
+    /// rows would be kept, once it has skipped keeping some, if at most [`TAIL_MAX`] bytes (a
+    /// quarter of a smaller ring) are left, and returns [`CaughtUp::TailLeft`].
     fn catch_up_locked(
         &self,
         inner: &mut Inner,
@@ -262,8 +265,9 @@ impl PtyScreen {
                 let far_behind = ring.end().saturating_sub(inner.fed) > LOOKAHEAD_LAG
                     && ring.count_from(inner.fed + max as u64, b'\n', needed) >= needed;
                 let left = ring.end().saturating_sub(inner.fed);
+                // In a small ring a longer tail would soon make the reader parse it.
                 if !far_behind
-                    && left <= TAIL_MAX
+                    && left <= TAIL_MAX.min(ring.capacity() as u64 / 4)
                     && tail.as_deref().is_some_and(|t| t.skipped_rows)
                 {
                     drop(ring);

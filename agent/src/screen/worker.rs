@@ -1,7 +1,8 @@
 //! The one thread that keeps every PTY's terminal model caught up with its ring.
 //!
 //! PTY readers hand it work after each append ([`request_catch_up`]); at most one job per PTY is
-//! queued at a time, and a job parses everything the ring holds when it runs. With one thread for
+//! queued at a time, and a job parses what the ring holds when it runs (while output keeps flowing,
+//! all but a short tail; see below). With one thread for
 //! the whole daemon, 1,000 idle panes cost no threads here. A flood that outruns it is parsed by
 //! the reader itself before bytes would be dropped ([`PtyScreen::before_append`]).
 //!
@@ -12,7 +13,8 @@
 //! exit each catch it up first. While output keeps flowing, the thread leaves the last rows of a
 //! batch (those it would have to keep as scrollback) for the next batch, which usually pushes
 //! them out again ([`PtyScreen::catch_up_flowing`]); it queues the PTY again itself, so the tail
-//! is parsed one batch later even when nothing more is written.
+//! is parsed a batch later even when nothing more is written. An event in such a tail is
+//! recorded a few batches late at most (while the flood goes on: about 256 KiB / 64 KiB + 1).
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -24,7 +26,8 @@ use crate::ring::Ring;
 
 type Job = (Weak<PtyScreen>, Weak<Mutex<Ring>>);
 
-/// How long work gathers before the thread parses it (also the longest an event waits).
+/// How long work gathers before the thread parses it (also the longest an event waits, unless
+/// it is in a flowing flood's tail: [`PtyScreen::catch_up_flowing`]).
 pub const BATCH_DELAY: Duration = Duration::from_millis(50);
 
 static WORKER: OnceLock<Option<mpsc::Sender<Job>>> = OnceLock::new();
