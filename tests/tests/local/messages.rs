@@ -190,3 +190,36 @@ fn relay_exits_255_when_it_cannot_connect() {
         "{stderr}"
     );
 }
+
+/// A command word that is not UTF-8 cannot cross the protocol: `relay` says so and how to make
+/// the bytes on the host instead, exits 255 like ssh's usage errors (never 2, `relay attach`'s
+/// "no such pane"), and starts nothing.
+#[test]
+fn a_command_that_is_not_utf8_is_refused_with_a_way_to_pass_the_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let home = TestHome::new();
+    let out = home
+        .command(&bins().relay)
+        .args(["shell", "--local", "--", "printf"])
+        .arg(std::ffi::OsStr::from_bytes(b"\xff"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(255), "stderr: {stderr}");
+    assert!(
+        stderr.contains("not valid UTF-8") && stderr.contains("printf '\\377'"),
+        "{stderr}"
+    );
+    assert!(home.daemon_pid().is_none(), "no agent was started");
+
+    let out = home
+        .command(&bins().relay)
+        .args(["shell", "--no-such-flag"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(255), "{out:?}");
+    let out = home.command(&bins().relay).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}

@@ -13,7 +13,8 @@ use relay_protocol::PaneKey;
 ///
 /// Exit status: the shell's (or the command's), 0 after a detach, 2 when `relay attach` finds no
 /// such pane, 255 when relay could not connect or a retry cannot fix the connection (host key,
-/// authentication, an agent that cannot run there) or the shell's end could not be learned.
+/// authentication, an agent that cannot run there) or the shell's end could not be learned, and
+/// (as in ssh) when the command line is not valid.
 ///
 /// Escapes (only when stdin is a terminal, and only right after Enter): `~.` detaches, `~?` shows
 /// help, `~~` sends a `~`. As in ssh, a `~.` at the start of a line inside pasted text detaches
@@ -81,7 +82,7 @@ pub struct PaneArgs {
     #[command(flatten)]
     pub ssh: crate::common::ssh_args::SshArgs,
     /// Command to run in a new pane instead of the login shell (after `--`).
-    #[arg(last = true, value_name = "CMD")]
+    #[arg(last = true, value_name = "CMD", value_parser = CommandWord)]
     pub command: Vec<String>,
 }
 
@@ -131,6 +132,33 @@ pub const MAX_NAME: usize = 256;
 
 /// Checks a workspace or pane name: it becomes one part of the pane key `workspace/pane/0`, which
 /// `relayctl` must be able to address.
+/// A word of `relay shell -- CMD ARGS`: text, or an error that says how to pass other bytes (the
+/// protocol carries commands as UTF-8; ssh would pass the bytes as they are).
+#[derive(Debug, Clone, Copy)]
+struct CommandWord;
+
+impl clap::builder::TypedValueParser for CommandWord {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        value.to_str().map(str::to_owned).ok_or_else(|| {
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidUtf8,
+                format!(
+                    "the command word {value:?} is not valid UTF-8, and relay carries commands \
+                     as text; let the host's shell make those bytes, e.g. \
+                     `relay shell HOST -- printf '\\377'` or `-- cat \"$(printf '\\377')\"`\n"
+                ),
+            )
+        })
+    }
+}
+
 fn name(s: &str) -> Result<String, String> {
     const FORM: &str = "use a non-empty name without `/` or control characters, at most 256 bytes";
     if s.is_empty() {

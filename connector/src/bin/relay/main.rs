@@ -2,7 +2,8 @@
 //!
 //! This file only parses arguments, runs, and turns the outcome into an exit code: the shell's own
 //! code after it exits, 0 after a detach, 2 when the pane does not exist (or has ended) for
-//! `relay attach`, 1 for other errors. Errors are printed once, here.
+//! `relay attach`, 255 for a command line that is not valid (as ssh), 1 for other errors. Errors
+//! are printed once, here.
 
 mod cli;
 #[path = "../common/mod.rs"]
@@ -32,7 +33,15 @@ pub struct Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` are not errors; a bad command line exits 255 like ssh's, so
+        // it is never taken for `relay attach`'s "no such pane" (2).
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { USAGE } else { 0 });
+        }
+    };
     // The sidecar serves many panes at once; a terminal client needs one thread.
     let workers = if matches!(cli.command, cli::Command::Serve(_)) {
         2
@@ -54,6 +63,9 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Exit code of a command line that is not valid (ssh's 255).
+const USAGE: u8 = 255;
 
 fn exit_code(err: &anyhow::Error) -> u8 {
     if let Some(f) = err.downcast_ref::<Failure>() {
