@@ -262,9 +262,9 @@ impl PtyScreen {
                 let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
                 // Counted to the ring's end even when parsing stops at `upto`: every byte held
                 // is parsed before any snapshot is taken. The scan stops at `needed`.
-                let far_behind = ring.end().saturating_sub(inner.fed) > LOOKAHEAD_LAG
-                    && ring.count_from(inner.fed + max as u64, b'\n', needed) >= needed;
                 let left = ring.end().saturating_sub(inner.fed);
+                let far_behind = left > LOOKAHEAD_LAG
+                    && ring.count_from(inner.fed + max as u64, b'\n', needed) >= needed;
                 // In a small ring a longer tail would soon make the reader parse it.
                 if !far_behind
                     && left <= TAIL_MAX.min(ring.capacity() as u64 / 4)

@@ -170,6 +170,22 @@ async fn open(session: &Session, pane: PaneKey, cmd: &[&str]) -> anyhow::Result<
     Ok(handle)
 }
 
+/// The agent skipped output a benchmark was reading (`from..to`, offsets): the program got a
+/// replay ring ahead of the client.
+#[derive(Debug)]
+struct Gap {
+    from: u64,
+    to: u64,
+}
+
+impl std::fmt::Display for Gap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "gap {}..{} in a benchmark", self.from, self.to)
+    }
+}
+
+impl std::error::Error for Gap {}
+
 /// Reads events until `done(text_so_far_tail, exited)`; returns the output byte count.
 async fn read_to(
     handle: &mut PaneHandle,
@@ -187,7 +203,7 @@ async fn read_to(
                 }
             }
             Some(PaneEvent::Exited { .. }) => exited = true,
-            Some(PaneEvent::Gap { from, to }) => anyhow::bail!("gap {from}..{to} in a benchmark"),
+            Some(PaneEvent::Gap { from, to }) => return Err(Gap { from, to }.into()),
             Some(PaneEvent::Disconnected { reason }) => anyhow::bail!("disconnected: {reason}"),
             Some(other) => anyhow::bail!("unexpected {other:?} in a benchmark"),
             None => anyhow::bail!("pane stream ended"),

@@ -72,22 +72,6 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
 /// Relay runs of the `cat` row repeated at most after a gap, each.
 const MAX_REPEATS: usize = 2;
 
-/// Reads a pane until it exits: the bytes, or `None` when the agent skipped output (a `Gap`:
-/// `cat` got a replay ring ahead of this client while it was descheduled; the agent allows
-/// that rather than stop the program, where `ssh -tt` would stop `cat`).
-async fn read_to_exit_unless_gap(handle: &mut PaneHandle) -> anyhow::Result<Option<u64>> {
-    let mut bytes = 0u64;
-    loop {
-        match tokio::time::timeout(Duration::from_secs(120), handle.next()).await? {
-            Some(PaneEvent::Output { data, .. }) => bytes += data.len() as u64,
-            Some(PaneEvent::Exited { .. }) => return Ok(Some(bytes)),
-            Some(PaneEvent::Gap { .. }) => return Ok(None),
-            Some(other) => anyhow::bail!("unexpected {other:?} in a benchmark"),
-            None => anyhow::bail!("pane stream ended"),
-        }
-    }
-}
-
 /// `cat` of a 200 MB text file (2 MB in smoke mode) on the host: relay next to `ssh -tt`. A
 /// relay run with a gap is repeated (at most [`MAX_REPEATS`] times) and the row says how many
 /// were.
@@ -112,14 +96,17 @@ async fn cat_big_file(
             let pane = PaneKey::new("bench", "ssh-cat", format!("{i}-{attempt}"));
             let t = Instant::now();
             let mut handle = open(session, pane, &cat).await?;
-            match read_to_exit_unless_gap(&mut handle).await? {
-                Some(bytes) => break (bytes, t.elapsed()),
-                None if attempt < MAX_REPEATS => {
+            // A gap: `cat` got a replay ring ahead of this client while it was descheduled;
+            // the agent allows that rather than stop the program (`ssh -tt` would stop `cat`).
+            match read_to(&mut handle, |_, exited| exited).await {
+                Ok(bytes) => break (bytes, t.elapsed()),
+                Err(e) if e.downcast_ref::<super::Gap>().is_none() => return Err(e),
+                Err(_) if attempt < MAX_REPEATS => {
                     let _ = session.kill(handle.binding()).await;
                     attempt += 1;
                     repeated += 1;
                 }
-                None => anyhow::bail!("every one of {} `cat` runs had a gap", MAX_REPEATS + 1),
+                Err(_) => anyhow::bail!("every one of {} `cat` runs had a gap", MAX_REPEATS + 1),
             }
         };
         relay_rate.push(rate(bytes, elapsed));

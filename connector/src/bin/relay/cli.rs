@@ -130,8 +130,6 @@ impl PaneArgs {
 /// Longest workspace or pane name, in bytes.
 pub const MAX_NAME: usize = 256;
 
-/// Checks a workspace or pane name: it becomes one part of the pane key `workspace/pane/0`, which
-/// `relayctl` must be able to address.
 /// A word of `relay shell -- CMD ARGS`: text, or an error that says how to pass other bytes (the
 /// protocol carries commands as UTF-8; ssh would pass the bytes as they are).
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +157,8 @@ impl clap::builder::TypedValueParser for CommandWord {
     }
 }
 
+/// Checks a workspace or pane name: it becomes one part of the pane key `workspace/pane/0`, which
+/// `relayctl` must be able to address.
 fn name(s: &str) -> Result<String, String> {
     const FORM: &str = "use a non-empty name without `/` or control characters, at most 256 bytes";
     if s.is_empty() {
