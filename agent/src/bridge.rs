@@ -13,9 +13,14 @@
 //! starting the daemon at that moment holds `run/spawn.lock`; a connect-only bridge waits for it
 //! (bounded by that bridge's own start timeout) before it concludes that no agent runs.
 //!
-//! The bridge never writes anything but daemon bytes to stdout; diagnostics go to stderr. It
-//! exits when either side closes: stdin EOF half-closes the socket and the bridge exits once the
-//! daemon has closed its side; socket EOF or a stdout error exits at once.
+//! Once connected, the bridge hands its stdin and stdout to the daemon when it runs the same
+//! executable ([`crate::stdio_pass`]): frames then go between the daemon and the pipes without a
+//! copy here, and the bridge only waits for the daemon to close the connection (it must live as
+//! long as the session does). Otherwise it copies.
+//!
+//! The bridge never writes anything but daemon bytes to stdout; diagnostics go to stderr. A
+//! copying bridge exits when either side closes: stdin EOF half-closes the socket and the bridge
+//! exits once the daemon has closed its side; socket EOF or a stdout error exits at once.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -185,8 +190,19 @@ fn start_daemon(paths: &Paths, deadline: Instant) -> anyhow::Result<()> {
     }
 }
 
-/// Copies stdin → socket and socket → stdout until one side closes.
+/// Hands stdin and stdout to the daemon and waits for the connection to end, or, where the
+/// daemon does not take them ([`crate::stdio_pass`]), copies stdin → socket and socket →
+/// stdout until one side closes.
 fn pump(stream: UnixStream) -> anyhow::Result<()> {
+    use crate::stdio_pass::{offer, wait_for_close, Offer};
+    match offer(&stream).context("handing stdin and stdout to the agent daemon")? {
+        Offer::Passed => {
+            wait_for_close(&stream);
+            return Ok(());
+        }
+        Offer::Ended => return Ok(()),
+        Offer::Copy => {}
+    }
     let mut to_daemon = stream.try_clone()?;
     thread::Builder::new()
         .name("stdin-to-daemon".into())

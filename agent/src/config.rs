@@ -49,6 +49,9 @@ pub struct Config {
     /// `RELAY_IDLE_EXPIRY`: default `off`; `RELAY_SUGGEST_AFTER`: default `1d`). They govern the
     /// PTYs of connections that state a policy (see [`crate::lifecycle`]).
     pub policy: HostPolicy,
+    /// Whether a bridge may hand its stdin and stdout to the daemon (env `RELAY_PASS_STDIO`:
+    /// `on`, the default, or `off`: every bridge copies); see [`crate::stdio_pass`].
+    pub pass_stdio: bool,
 }
 
 impl Default for Config {
@@ -66,6 +69,7 @@ impl Default for Config {
             frame_timeout: crate::inbound::DEFAULT_FRAME_TIMEOUT,
             incomplete_frames_bytes: crate::inbound::DEFAULT_INCOMPLETE_FRAMES_BYTES,
             policy: HostPolicy::default(),
+            pass_stdio: true,
         }
     }
 }
@@ -106,15 +110,10 @@ impl Config {
         if let Ok(v) = std::env::var("RELAY_SCROLLBACK_LINES") {
             c.scrollback_lines = Some(scrollback_lines(&v)?);
         }
-        match std::env::var("RELAY_SCREEN_MODEL").as_deref() {
-            Err(_) | Ok("" | "on") => {}
-            Ok("off") => c.scrollback_lines = None,
-            Ok(other) => {
-                return Err(format!(
-                    "RELAY_SCREEN_MODEL={other:?} is not valid; use \"on\" (default) or \"off\""
-                ))
-            }
+        if !switch("RELAY_SCREEN_MODEL")? {
+            c.scrollback_lines = None;
         }
+        c.pass_stdio = switch("RELAY_PASS_STDIO")?;
         if let Some(v) = setting("RELAY_UNUSED_GRACE")? {
             c.policy.unused_grace = v;
         }
@@ -134,6 +133,20 @@ impl Config {
             }
         }
         Ok(c)
+    }
+}
+
+/// An on/off variable whose default is on: unset, empty or `on` is true, `off` false.
+///
+/// # Errors
+/// Any other value, naming the variable and the two it takes.
+fn switch(name: &str) -> Result<bool, String> {
+    match std::env::var(name).as_deref() {
+        Err(_) | Ok("" | "on") => Ok(true),
+        Ok("off") => Ok(false),
+        Ok(other) => Err(format!(
+            "{name}={other:?} is not valid; use \"on\" (default) or \"off\""
+        )),
     }
 }
 

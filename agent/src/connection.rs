@@ -16,7 +16,6 @@ use relay_protocol::{
     Capability, DecodeError, ErrorReply, FrameCodec, Hello, Limits, Message, Request, Response,
     Welcome, DEFAULT_MAX_FRAME, MAGIC, MAX_OUTPUT_CHUNK, PROTOCOL_MAJOR, PROTOCOL_MINOR,
 };
-use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedWrite;
@@ -28,6 +27,7 @@ use crate::inbound::{FrameReader, ReadError};
 use crate::log_limit::{CLIENTS, CLOSING};
 use crate::session::{PeerTerms, Session};
 use crate::state::State;
+use crate::stdio_pass::{self, Transport, Writer};
 
 /// How long a new connection may take to send Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -50,10 +50,29 @@ pub async fn serve(stream: UnixStream, state: State, cancel: CancellationToken) 
 
 async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationToken) {
     let _counted = state.connection();
-    let (rd, wr) = stream.into_split();
     let config = state.config();
+    let hello_by = tokio::time::Instant::now() + HELLO_TIMEOUT;
+    let accepted = tokio::select! {
+        _ = cancel.cancelled() => return,
+        accepted = tokio::time::timeout_at(hello_by, stdio_pass::accept(stream, config.pass_stdio)) => accepted,
+    };
+    let Transport {
+        reader,
+        writer: wr,
+        bridge,
+    } = match accepted {
+        Ok(Ok(transport)) => transport,
+        Ok(Err(e)) => {
+            warn_close(format!("reading the first byte failed: {e}"));
+            return;
+        }
+        Err(_) => {
+            warn_close(format!("no Hello within {HELLO_TIMEOUT:?}"));
+            return;
+        }
+    };
     let mut frames = FrameReader::new(
-        rd,
+        reader,
         DEFAULT_MAX_FRAME,
         config.frame_timeout,
         state.frame_budget().clone(),
@@ -61,7 +80,8 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
 
     let first = tokio::select! {
         _ = cancel.cancelled() => return,
-        first = tokio::time::timeout(HELLO_TIMEOUT, frames.next()) => first,
+        first = tokio::time::timeout_at(hello_by, frames.next()) => first,
+        () = bridge_closed(bridge.as_ref()) => return,
     };
     let (id, hello) = match read_hello(first) {
         Ok(h) => h,
@@ -126,10 +146,23 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
     let reason = tokio::select! {
         _ = cancel.cancelled() => "daemon shutting down".to_string(),
         reason = read_loop(&mut frames, &mut session, &out) => reason,
+        () = bridge_closed(bridge.as_ref()) => "the bridge that passed its stdin and stdout exited".into(),
     };
     tracing::debug!("connection ends: {reason}");
     drop(session);
     finish(out, writer).await;
+    // The passed stdin and stdout close before the bridge's socket: the bridge exits once the
+    // session's output has ended.
+    drop(frames);
+    drop(bridge);
+}
+
+/// Resolves when the bridge behind a passed stdin and stdout is gone; never for a socket.
+async fn bridge_closed(bridge: Option<&UnixStream>) {
+    match bridge {
+        Some(socket) => stdio_pass::closed(socket).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A peer-supplied string cut for logging (at most 64 characters).
@@ -318,7 +351,7 @@ async fn finish(out: mpsc::Sender<Message>, writer: tokio::task::JoinHandle<()>)
 }
 
 /// Writes queued messages as frames, flushing whenever the queue runs empty.
-async fn write_loop(wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Message>, max: u32) {
+async fn write_loop(wr: Writer, mut rx: mpsc::Receiver<Message>, max: u32) {
     let mut sink = FramedWrite::new(wr, FrameCodec::new(max));
     while let Some(msg) = rx.recv().await {
         let mut batch = vec![msg];

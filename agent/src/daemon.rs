@@ -211,6 +211,7 @@ fn log_settings(state: &State) {
         replay_bytes = settings.replay_bytes,
         window = settings.window,
         scrollback_lines = ?settings.scrollback_lines,
+        pass_stdio = settings.pass_stdio,
         unused_grace = ?settings.policy.unused_grace,
         idle_expiry = ?settings.policy.idle_expiry,
         suggest_after = ?settings.policy.suggest_after,

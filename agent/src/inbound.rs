@@ -25,9 +25,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncReadExt;
-use tokio::net::unix::OwnedReadHalf;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use crate::stdio_pass::Reader;
 
 /// Bytes a connection reads ahead; frames up to this size (with their 4-byte header) are read
 /// in it without touching the budget.
@@ -154,7 +155,7 @@ struct Partial {
 
 /// Reads frames (`u32` big-endian length + body) from a connection; see the module docs.
 pub struct FrameReader {
-    rd: OwnedReadHalf,
+    rd: Reader,
     max: u32,
     timeout: Duration,
     budget: FrameBudget,
@@ -167,7 +168,7 @@ pub struct FrameReader {
 impl FrameReader {
     /// A reader of frames of at most `max` bytes, each due within `timeout` of its first byte,
     /// whose bodies beyond the read-ahead count against `budget`.
-    pub fn new(rd: OwnedReadHalf, max: u32, timeout: Duration, budget: FrameBudget) -> Self {
+    pub fn new(rd: Reader, max: u32, timeout: Duration, budget: FrameBudget) -> Self {
         FrameReader {
             rd,
             max,
@@ -340,7 +341,7 @@ mod tests {
         let (rd, _wr) = ours.into_split();
         std::mem::forget(_wr); // Keep our side open for the test's life.
         (
-            FrameReader::new(rd, 1 << 20, timeout, budget.clone()),
+            FrameReader::new(Box::pin(rd), 1 << 20, timeout, budget.clone()),
             theirs,
         )
     }

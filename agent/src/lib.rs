@@ -81,6 +81,7 @@ pub mod session;
 pub mod shell;
 pub mod spawn;
 pub mod state;
+pub mod stdio_pass;
 pub mod subscription;
 pub mod wire_signal;
 

@@ -20,3 +20,4 @@ mod peer;
 mod policy;
 mod restart;
 mod rules;
+mod stdio_pass;
