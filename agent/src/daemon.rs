@@ -158,6 +158,7 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
     logging::init(paths, also_stderr)?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
+    raise_descriptor_limit();
     let result = (|| {
         let config = Config::from_env().map_err(anyhow::Error::msg)?;
         let rt = runtime()?;
@@ -203,6 +204,19 @@ async fn serve(
     tracing::info!("listening on {}", sock.display());
     notify(ready.take(), "ready");
     serve_until_stopped(paths, state, listener, lock_fd, term, int).await
+}
+
+/// Raises the soft descriptor limit to the hard one ([`crate::nofile`]) and logs the outcome;
+/// a failure only costs the panes beyond the old limit, so the daemon runs on.
+fn raise_descriptor_limit() {
+    match crate::nofile::raise() {
+        Ok(r) => tracing::info!(
+            soft = r.soft,
+            programs_get = r.original,
+            "descriptor limit (RLIMIT_NOFILE)"
+        ),
+        Err(e) => tracing::warn!("could not raise the descriptor limit (RLIMIT_NOFILE): {e}"),
+    }
 }
 
 fn log_settings(state: &State) {
@@ -313,6 +327,7 @@ pub fn resume(
     logging::init(paths, false).map_err(|e| back(format!("{e:#}")))?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
+    raise_descriptor_limit();
     let config = Config::from_env().map_err(back)?;
     let rt = runtime()?;
     let mut handed = Some((state_fd, fallback));

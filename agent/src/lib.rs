@@ -68,6 +68,7 @@ pub mod limits;
 pub mod log_file;
 pub mod log_limit;
 pub mod logging;
+pub mod nofile;
 pub mod orphan;
 pub mod paths;
 pub mod procfs;

@@ -351,6 +351,11 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         }
     }
     mark_cloexec_from(3);
+    // The program gets the descriptor limit the daemon was started with (see `nofile`); a
+    // failure leaves it the daemon's higher one, which harms nothing but `select` users.
+    if let Some(soft) = crate::nofile::original_for_children() {
+        crate::nofile::restore_in_child(soft);
+    }
     restore_signals(0);
     // As execvp: try each candidate; remember EACCES, stop at an error other than "not here".
     // A file the kernel cannot run (no `#!`) is run by /bin/sh instead; when that fails too,

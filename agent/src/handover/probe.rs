@@ -241,11 +241,14 @@ enum Fallback<'a> {
 }
 
 /// This process's environment with `RELAY_HOME` set to `home` (absolute): the daemon runs in
-/// `/`, so a relative `RELAY_HOME` it was started with would name another directory.
+/// `/`, so a relative `RELAY_HOME` it was started with would name another directory; and with
+/// the original descriptor limit ([`crate::nofile::handover_env`]) when it raised its own.
 fn environment(home: &Path) -> Vec<CString> {
+    let limit = crate::nofile::handover_env().map(|(k, v)| (k.into(), v.into()));
     std::env::vars_os()
-        .filter(|(k, _)| k != "RELAY_HOME")
+        .filter(|(k, _)| k != "RELAY_HOME" && k != crate::nofile::ORIGINAL_ENV)
         .chain([("RELAY_HOME".into(), home.as_os_str().to_owned())])
+        .chain(limit)
         .filter_map(|(k, v)| {
             let mut kv = k.as_bytes().to_vec();
             kv.push(b'=');

@@ -14,6 +14,7 @@ mod lifecycle;
 mod limits;
 mod logs;
 mod malformed;
+mod nofile;
 mod open;
 mod output;
 mod peer;
