@@ -1,6 +1,7 @@
 //! What `relay` says when a pane cannot be attached or the connection goes away: one clean
 //! sentence, and nothing it does not know (rule A).
 
+use std::path::Path;
 use std::process::Stdio;
 
 use nix::sys::signal::{kill, Signal};
@@ -163,6 +164,46 @@ fn relay_shell_runs_a_command_in_its_own_pane_with_its_exit_status() {
     assert_eq!(leases.len(), 1);
     let tab = leases[0]["pane"]["tab"].as_str().unwrap();
     assert!(tab.starts_with("run-"), "a pane of its own: {tab}");
+}
+
+/// `relay shell --local` run from a directory that was deleted starts the shell in the home
+/// directory and says why, instead of moving the user silently.
+#[test]
+fn a_deleted_current_directory_is_named_and_the_shell_starts_at_home() {
+    let home = TestHome::new();
+    let gone = home.path().join("gone");
+    std::fs::create_dir(&gone).unwrap();
+    // relay starts in the directory, which is removed under it (a spawn cannot enter it).
+    let mut cmd = home.command(Path::new("/bin/sh"));
+    cmd.args([
+        "-c",
+        r#"cd "$1" && rmdir "$1" && exec "$2" shell --local -- pwd"#,
+        "sh",
+    ])
+    .arg(&gone)
+    .arg(&bins().relay)
+    .stdin(Stdio::null());
+    let home_dir = cmd
+        .get_envs()
+        .find(|(k, _)| *k == "HOME")
+        .and_then(|(_, v)| v)
+        .map(|v| v.to_string_lossy().into_owned())
+        .or_else(|| std::env::var("HOME").ok())
+        .unwrap();
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        stderr.contains("cannot read the current directory")
+            && stderr.contains("the shell starts in your home directory"),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim_end() == home_dir),
+        "{out:?}"
+    );
 }
 
 /// Exit status 255 when relay cannot reach the host at all, as ssh does; the message names the

@@ -208,9 +208,7 @@ async fn open_pane(
     let spec = SpawnSpec {
         command: remote_command(&args.command),
         cwd: match destination {
-            Destination::Local => std::env::current_dir()
-                .ok()
-                .map(|d| d.to_string_lossy().into_owned()),
+            Destination::Local => local_cwd(),
             Destination::Host(_) => None,
         },
         term: std::env::var("TERM").ok().filter(|t| !t.is_empty()),
@@ -558,6 +556,22 @@ fn signal_number(name: &str) -> Option<i32> {
             || text.is_some_and(|t| t.eq_ignore_ascii_case(name));
         matches.then_some(sig as i32)
     })
+}
+
+/// The directory a local shell starts in: this process's current directory. When it cannot be
+/// read (it was deleted) or carried (not UTF-8: the protocol's paths are text), the shell
+/// starts in the home directory, and stderr says why, as bash's "error retrieving current
+/// directory" does, rather than moving the user silently.
+fn local_cwd() -> Option<String> {
+    let why = match std::env::current_dir() {
+        Ok(dir) => match dir.into_os_string().into_string() {
+            Ok(dir) => return Some(dir),
+            Err(raw) => format!("the current directory {raw:?} is not valid UTF-8"),
+        },
+        Err(e) => format!("cannot read the current directory ({e})"),
+    };
+    eprintln!("[relay: {why}; the shell starts in your home directory]");
+    None
 }
 
 #[cfg(test)]
