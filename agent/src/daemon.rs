@@ -158,7 +158,7 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
     logging::init(paths, also_stderr)?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
-    raise_descriptor_limit();
+    log_descriptor_limit(crate::nofile::raise(false));
     let result = (|| {
         let config = Config::from_env().map_err(anyhow::Error::msg)?;
         let rt = runtime()?;
@@ -206,10 +206,10 @@ async fn serve(
     serve_until_stopped(paths, state, listener, lock_fd, term, int).await
 }
 
-/// Raises the soft descriptor limit to the hard one ([`crate::nofile`]) and logs the outcome;
-/// a failure only costs the panes beyond the old limit, so the daemon runs on.
-fn raise_descriptor_limit() {
-    match crate::nofile::raise() {
+/// Logs what raising the soft descriptor limit did ([`crate::nofile::raise`]); a failure only
+/// costs the panes beyond the old limit, so the daemon runs on.
+fn log_descriptor_limit(raised: std::io::Result<crate::nofile::Raised>) {
+    match raised {
         Ok(r) => tracing::info!(
             soft = r.soft,
             programs_get = r.original,
@@ -320,6 +320,8 @@ pub fn resume(
     if let Some(fd) = &fallback {
         let _ = set_cloexec(fd.as_fd(), true);
     }
+    // First: a return to the old binary below must carry the original limit on (see `nofile`).
+    let raised = crate::nofile::raise(true);
     let back = |why: String| back_to_old(fallback.as_ref(), &state_fd, paths, why);
     let bytes = probe::read_state(state_fd.as_fd()).map_err(|e| back(e.to_string()))?;
     let handover = handover::decode(&bytes).map_err(|e| back(e.to_string()))?;
@@ -327,7 +329,7 @@ pub fn resume(
     logging::init(paths, false).map_err(|e| back(format!("{e:#}")))?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
-    raise_descriptor_limit();
+    log_descriptor_limit(raised);
     let config = Config::from_env().map_err(back)?;
     let rt = runtime()?;
     let mut handed = Some((state_fd, fallback));

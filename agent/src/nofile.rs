@@ -12,7 +12,9 @@
 //! the low default.
 //!
 //! A live upgrade `execve`s the new code with the raised limit in force; the original travels
-//! in the new code's environment as [`ORIGINAL_ENV`] ([`handover_env`]), so it is never lost.
+//! in the new code's environment as [`ORIGINAL_ENV`] ([`handover_env`]), so it is never lost,
+//! also when the new code cannot resume and gives the process back to the old binary. An old
+//! binary from before this module keeps the raised limit and gives it to its programs.
 
 use nix::libc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,9 +24,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// from scratch, [`crate::shell`]).
 pub const ORIGINAL_ENV: &str = "RELAY_NOFILE_SOFT";
 
-/// Highest soft limit asked for when the hard limit is unlimited: Linux's default
-/// `fs.nr_open` (1,048,576), above which `setrlimit` fails.
+/// Highest soft limit asked for when the hard limit is unlimited and `/proc/sys/fs/nr_open`
+/// (above which `setrlimit` fails) cannot be read: Linux's default `nr_open`, 1,048,576.
 const UNLIMITED_CAP: u64 = 1 << 20;
+
+/// An original soft limit below this, carried in [`ORIGINAL_ENV`], is not believed: no program
+/// could start with it (the dynamic loader alone opens several files).
+const LEAST_BELIEVED: u64 = 64;
 
 /// The soft limit to give programs back, or `u64::MAX` when the daemon did not raise its own.
 static ORIGINAL: AtomicU64 = AtomicU64::new(u64::MAX);
@@ -38,22 +44,28 @@ pub struct Raised {
     pub soft: u64,
 }
 
-/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (at most 1,048,576 when the
-/// hard limit is unlimited) and remembers the original for [`original_for_children`]. The
-/// original is [`ORIGINAL_ENV`] when it is set (this process is a live upgrade's new code),
-/// else the soft limit found. Call once, at start.
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (at most `fs.nr_open` when
+/// the hard limit is unlimited) and remembers the original for [`original_for_children`]. The
+/// original is the soft limit found, or, when `resumed` (this process is a live upgrade's new
+/// code, or the old code taking its shells back), [`ORIGINAL_ENV`] if it holds a number from
+/// 64 up to the soft limit found. Call once, at start, before anything can fail.
 ///
 /// # Errors
 /// `getrlimit` or `setrlimit` failed (the limit is then unchanged; the daemon runs with it).
-pub fn raise() -> std::io::Result<Raised> {
+pub fn raise(resumed: bool) -> std::io::Result<Raised> {
     let (soft, hard) = get()?;
     let original = std::env::var(ORIGINAL_ENV)
         .ok()
+        .filter(|_| resumed)
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&n| n <= soft)
+        .filter(|&n| (LEAST_BELIEVED..=soft).contains(&n))
         .unwrap_or(soft);
     let target = if hard == libc::RLIM_INFINITY {
-        UNLIMITED_CAP.max(soft)
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(UNLIMITED_CAP);
+        nr_open.max(soft)
     } else {
         hard
     };
