@@ -44,8 +44,14 @@ use nix::sys::stat::{fstat, SFlag};
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::UnixStream;
 
+use crate::log_limit::Throttle;
+
 /// The bridge's offer: one byte with fds 0 and 1 attached.
 pub const MARKER: u8 = 0xFE;
+/// Offers refused for what came with them (rate-limited: any local process of the user can
+/// make them).
+static REFUSED_OFFERS: Throttle = Throttle::new("refused a bridge's offer");
+
 /// The daemon's answer when it took the fds.
 pub const ACCEPTED: u8 = b'+';
 /// The daemon's answer when it did not: the socket carries frames from then on.
@@ -112,7 +118,8 @@ pub fn offer(stream: &std::os::unix::net::UnixStream) -> io::Result<Offer> {
         REFUSED => Ok(Offer::Copy),
         other => Err(io::Error::other(format!(
             "the agent daemon answered {other:#04x} to the bridge's offer of its stdin and \
-             stdout; restart the agent (relayctl --ssh HOST restart)"
+             stdout, which no relay-agent does: please report it; an agent daemon started with \
+             RELAY_PASS_STDIO=off makes bridges copy instead"
         ))),
     }
 }
@@ -204,9 +211,17 @@ pub async fn accept(stream: UnixStream, allow: bool) -> io::Result<Transport> {
         .await?;
     let passed = match (allow, fds) {
         // A checked fd that the runtime cannot take ends the connection (the bridge sees EOF).
-        (true, Some((input, output))) => halves(input, output)?,
-        _ => None,
+        (true, Ok((input, output))) => halves(input, output)?,
+        (true, Err(why)) => Err(why),
+        (false, _) => Err(String::new()), // RELAY_PASS_STDIO=off: the daemon logged it.
     };
+    let passed = passed
+        .inspect_err(|why| {
+            if !why.is_empty() && REFUSED_OFFERS.admit() {
+                tracing::warn!("refused a bridge's offer of its stdin and stdout: {why}");
+            }
+        })
+        .ok();
     let answer = if passed.is_some() { ACCEPTED } else { REFUSED };
     write_all(&stream, &[answer]).await?;
     Ok(match passed {
@@ -223,9 +238,9 @@ pub async fn accept(stream: UnixStream, allow: bool) -> io::Result<Transport> {
 /// buffer has room for them all, so that no fd the kernel installs is lost to truncation.
 const SCM_MAX_FD: usize = 253;
 
-/// Reads the marker byte and its fds (close-on-exec); `None` unless exactly two came. Every fd
-/// that came is closed unless returned.
-fn receive_fds(sock: RawFd) -> io::Result<Option<(OwnedFd, OwnedFd)>> {
+/// Reads the marker byte and its fds (close-on-exec); `Err(why)` unless exactly two came. Every
+/// fd that came is closed unless returned.
+fn receive_fds(sock: RawFd) -> io::Result<Result<(OwnedFd, OwnedFd), String>> {
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
     let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
@@ -240,22 +255,32 @@ fn receive_fds(sock: RawFd) -> io::Result<Option<(OwnedFd, OwnedFd)>> {
             );
         }
     }
+    if fds.len() != 2 {
+        return Ok(Err(format!(
+            "{} descriptors came with it, not 2",
+            fds.len()
+        )));
+    } // Dropping closes whatever came.
     let mut fds = fds.into_iter();
-    match (fds.next(), fds.next(), fds.next()) {
-        (Some(input), Some(output), None) => Ok(Some((input, output))),
-        _ => Ok(None), // Dropping closes whatever came.
-    }
+    Ok(fds.next().zip(fds.next()).ok_or_else(String::new))
 }
 
 /// Async halves over the passed fds: tokio's pipe ends for pipes, a Unix stream per fd for
-/// sockets (sshd built without `USE_PIPES` gives one socketpair end as both). `Ok(None)`, with
-/// nothing changed, unless `input` is a readable and `output` a writable pipe or socket.
+/// sockets (sshd built without `USE_PIPES` gives one socketpair end as both). `Ok(Err(why))`,
+/// with nothing changed, unless `input` is a readable and `output` a writable pipe or socket.
 ///
 /// # Errors
 /// Registering a checked fd with the runtime failed.
-fn halves(input: OwnedFd, output: OwnedFd) -> io::Result<Option<(Reader, Writer)>> {
-    let (Some(input_kind), Some(output_kind)) = (kind(&input, true), kind(&output, false)) else {
-        return Ok(None);
+fn halves(input: OwnedFd, output: OwnedFd) -> io::Result<Result<(Reader, Writer), String>> {
+    let Some(input_kind) = kind(&input, true) else {
+        return Ok(Err(
+            "its stdin is not a pipe or socket open for reading".into()
+        ));
+    };
+    let Some(output_kind) = kind(&output, false) else {
+        return Ok(Err(
+            "its stdout is not a pipe or socket open for writing".into()
+        ));
     };
     let reader: Reader = match input_kind {
         Kind::Pipe => Box::pin(tokio::net::unix::pipe::Receiver::from_owned_fd(input)?),
@@ -265,7 +290,7 @@ fn halves(input: OwnedFd, output: OwnedFd) -> io::Result<Option<(Reader, Writer)
         Kind::Pipe => Box::pin(tokio::net::unix::pipe::Sender::from_owned_fd(output)?),
         Kind::Socket => Box::pin(SocketWriter(stream_of(output)?)),
     };
-    Ok(Some((reader, writer)))
+    Ok(Ok((reader, writer)))
 }
 
 /// What a passed fd is.

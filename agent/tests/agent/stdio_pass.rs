@@ -209,8 +209,9 @@ fn fd_count(pid: u32) -> usize {
 }
 
 /// An offer the daemon cannot use unchanged (three fds; a regular file as stdin; stdin open
-/// only for writing) is refused, every fd that came is closed again, no flag of the file is
-/// changed, and the same socket then serves as an ordinary connection.
+/// only for writing) is refused and logged with the reason, every fd that came is closed
+/// again, no flag of the file is changed, and the same socket then serves as an ordinary
+/// connection.
 #[test]
 fn an_offer_the_daemon_cannot_use_is_refused_and_leaks_nothing() {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -242,6 +243,18 @@ fn an_offer_the_daemon_cannot_use_is_refused_and_leaks_nothing() {
         ));
         c.ping(3);
         socket.shutdown(std::net::Shutdown::Both).unwrap();
+    }
+    for why in [
+        "3 descriptors came with it, not 2",
+        "its stdin is not a pipe or socket open for reading",
+    ] {
+        assert!(
+            home.wait_log(&format!(
+                "refused a bridge's offer of its stdin and stdout: {why}"
+            )),
+            "{}",
+            home.log()
+        );
     }
     let flags = OFlag::from_bits_truncate(fcntl(&file, FcntlArg::F_GETFL).unwrap());
     assert!(
