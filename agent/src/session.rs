@@ -129,14 +129,19 @@ impl Session {
     }
 
     /// Attach (rule B: never spawns). Re-attaching a PTY this connection already receives
-    /// restarts its output at the new offset; a refused re-attach changes nothing.
+    /// restarts its output at the new offset; a refused re-attach changes nothing. An attach
+    /// naming an ended PTY (`expect`) from an offset before its end gets the rest of its output
+    /// and then `Exited`, while the agent keeps it ([`State::attach_ended`]).
     ///
     /// # Errors
     /// `NotFound`, `Ended`, `Mismatch`; `BadRequest` for a `resume_from` beyond the output end or
     /// a malformed pane key, `LimitExceeded` for an oversized one.
     pub fn attach(&mut self, req: Attach) -> Result<Attached, ErrorReply> {
         limits::check_pane(&req.pane)?;
-        let attachment = self.state.attach(&req.pane, req.expect)?;
+        let attachment = self
+            .state
+            .attach(&req.pane, req.expect)
+            .or_else(|e| self.state.attach_ended(req.expect, req.resume_from, e))?;
         let (attached, _) =
             self.subscribe(attachment, legacy_resume(req.resume_from), Mode::Bytes)?;
         Ok(attached)
@@ -150,7 +155,14 @@ impl Session {
     pub fn attach_screen(&mut self, req: AttachScreen) -> Result<ScreenAttached, ErrorReply> {
         self.require_screen()?;
         limits::check_pane(&req.pane)?;
-        let attachment = self.state.attach(&req.pane, req.expect)?;
+        let from = match req.resume {
+            Resume::From(r) => Some(r),
+            Resume::Now | Resume::Snapshot => None,
+        };
+        let attachment = self
+            .state
+            .attach(&req.pane, req.expect)
+            .or_else(|e| self.state.attach_ended(req.expect, from, e))?;
         let mode = Mode::Screen {
             events_after: req.events_after,
         };

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use relay_protocol::message::{Input, InputSeq, Protect, Resize, Signal as SignalReq};
-use relay_protocol::{Binding, ErrorReply, LeaseState, PaneKey, PtyId};
+use relay_protocol::{Binding, EndReason, ErrorReply, LeaseState, PaneKey, PtyId};
 
 use super::State;
 use crate::input_seq::Applied;
@@ -63,6 +63,43 @@ impl State {
     /// `NotFound`, `Ended` or `Mismatch` as [`LeaseTable::check_attach`].
     pub fn attach(&self, pane: &PaneKey, expect: Option<PtyId>) -> Result<Attachment, ErrorReply> {
         self.attach_in(&mut self.book(), pane, expect)
+    }
+
+    /// Rule E after an absence: `refusal` is what [`State::attach`] answered for `pane` with
+    /// `expect`; when it is `Ended` for exactly the `expect` PTY (not forgotten), and that PTY's
+    /// output from `from` on is still kept ([`tails`](super::tails)), an attachment to the ended
+    /// PTY, whose subscription sends that output and then `Exited`. Otherwise `refusal`.
+    ///
+    /// # Errors
+    /// `refusal`, when no tail serves.
+    pub fn attach_ended(
+        &self,
+        expect: Option<PtyId>,
+        from: Option<u64>,
+        refusal: ErrorReply,
+    ) -> Result<Attachment, ErrorReply> {
+        let ErrorReply::Ended { pty, reason, .. } = &refusal else {
+            return Err(refusal);
+        };
+        let (Some(want), Some(from)) = (expect, from) else {
+            return Err(refusal);
+        };
+        if *pty != want || *reason == EndReason::Forgotten {
+            return Err(refusal);
+        }
+        let kept = self
+            .inner
+            .tails
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&want);
+        match kept {
+            Some(pty) if from < pty.end_offset() => Ok(Attachment {
+                state: self.clone(),
+                pty,
+            }),
+            _ => Err(refusal),
+        }
     }
 
     /// One subscriber stopped (see [`Attachment`]).

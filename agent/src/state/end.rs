@@ -47,12 +47,14 @@ impl State {
         } else {
             EndReason::Exited
         };
-        let (reason, detail) = {
+        let (reason, detail, away) = {
             let mut book = self.book();
+            // No client held it when it ended: whoever comes back gets the rest (`tails`).
+            let away = book.get(&pty_id).is_some_and(|l| l.info().attached == 0);
             book.set_output(&pty_id, bytes, last);
             match book.end(&pty_id, Some(status.clone()), default.clone(), now_ms()) {
-                Some(l) => (l.info().reason.unwrap_or(default), l.detail.clone()),
-                None => (default, None),
+                Some(l) => (l.info().reason.unwrap_or(default), l.detail.clone(), away),
+                None => (default, None, away),
             }
         };
         let exit = (reason != EndReason::AgentRestarted).then(|| status.clone());
@@ -71,6 +73,13 @@ impl State {
         self.inner.timers.clear(&pty_id);
         tracing::info!(binding = %pty.binding(), %status, %reason, "PTY ended");
         pty.publish_exit(status, reason);
+        if away && !stopping {
+            self.inner
+                .tails
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keep(pty);
+        }
     }
 
     /// `Kill`: ends the exact binding (live or superseded) with reason `Killed` (see

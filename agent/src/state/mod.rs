@@ -29,6 +29,7 @@ mod create;
 mod end;
 mod handover;
 mod lifecycle;
+pub mod tails;
 
 use std::collections::HashMap;
 use std::io;
@@ -77,6 +78,8 @@ struct Inner {
     /// Live upgrade: the order for the daemon loop, whether one is under way (creates are
     /// refused meanwhile) and how the last one went (see [`handover`]).
     upgrade: handover::UpgradeSlot,
+    /// Rings of recently ended PTYs, for clients that were away (see [`tails`]).
+    tails: Mutex<tails::Tails>,
 }
 
 /// Counts a connection while it lives (for `Status`).
@@ -164,6 +167,7 @@ impl State {
                 counters,
                 frame_budget,
                 upgrade: handover::UpgradeSlot::default(),
+                tails: Mutex::new(tails::Tails::default()),
             }),
         };
         state.start_counter_task(counters_due);

@@ -22,3 +22,4 @@ mod policy;
 mod restart;
 mod rules;
 mod stdio_pass;
+mod tails;

@@ -409,3 +409,51 @@ async fn an_attach_racing_the_reattach_pass_keeps_its_output() {
             .unwrap_or_else(|e| panic!("round {round}: the new handle is silent: {e}"));
     }
 }
+
+/// Rules E and B: a pane whose program ends while the host is away (here: between a killed
+/// connection and the first retry) is re-attached from the first byte it had not seen; the
+/// output the program wrote meanwhile arrives in order, then its exit, instead of a bare
+/// `Ended`, and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_e_output_written_while_away_by_a_pane_that_ended_arrives_before_its_exit() {
+    let home = TestHome::new();
+    let host = Host::open(home.transport(), {
+        let mut o = HostOptions::new("relay-tests");
+        o.backoff.first = Duration::from_secs(3);
+        o
+    });
+    let go = home.path().join("go");
+    let script = format!(
+        "echo HEAD; while [ ! -e {go} ]; do sleep 0.02; done; i=0; \
+         while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done; echo TAIL; exit 3",
+        go = go.display()
+    );
+    let (created, mut pane) = host
+        .workspace("w")
+        .open("away", "0", sh(&script))
+        .await
+        .unwrap();
+    let mut out = Collected::default();
+    read_until_text(&mut pane, &mut out, "HEAD").await.unwrap();
+    assert_eq!(home.kill_bridges(), 1);
+    read_until(&mut pane, &mut out, LIVENESS, |c| !c.interrupted.is_empty())
+        .await
+        .unwrap();
+    std::fs::write(&go, "").unwrap(); // The program finishes while the host waits to retry.
+    let leases = || home.leases_json();
+    relay_tests::eventually("the pane's end", || {
+        (leases()[0]["state"] == "ended").then_some(())
+    });
+    read_until(&mut pane, &mut out, LIVENESS, |c| c.exit.is_some())
+        .await
+        .unwrap();
+    assert_eq!(out.exit, Some((3, None)));
+    assert!(out.ended.is_none(), "the exit itself, not a bare proof");
+    assert!(out.gaps.is_empty(), "{:?}", out.gaps);
+    let lines = numbered(&out.text());
+    assert_eq!(lines, (0..3000).collect::<Vec<u64>>());
+    assert!(out.text().trim_end().ends_with("TAIL"), "{}", out.text());
+    let rows = leases();
+    assert_eq!(rows.len(), 1, "nothing created: {rows:?}");
+    assert_eq!(rows[0]["pty"], created.binding.pty.to_string(), "{rows:?}");
+}
