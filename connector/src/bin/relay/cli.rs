@@ -150,7 +150,9 @@ impl clap::builder::TypedValueParser for CommandWord {
                 format!(
                     "the command word {value:?} is not valid UTF-8, and relay carries commands \
                      as text; let the host's shell make those bytes, e.g. \
-                     `relay shell HOST -- printf '\\377'` or `-- cat \"$(printf '\\377')\"`\n"
+                     `relay shell HOST -- \"printf '\\377'\"` or \
+                     `-- 'cat \"$(printf \"\\377\")\"'` (one quoted word: the words are joined \
+                     and run by /bin/sh on the host)\n"
                 ),
             )
         })
