@@ -6,8 +6,9 @@
 //! Only PTYs that ended while no client was attached are kept (an attached client got every
 //! byte and the exit already), and only the most recent ends, bounded by count ([`MAX_TAILS`])
 //! and by the bytes their rings hold ([`MAX_TAIL_BYTES`]); the oldest go first. A kept PTY
-//! keeps its master descriptor (and its `/dev/pts` entry) and its idle input task until it is
-//! pushed out: at most [`MAX_TAILS`] of each. Nothing polls and no timer runs: an end
+//! keeps its master descriptor (and its `/dev/pts` entry), its idle input task and its terminal
+//! model until it is pushed out: at most [`MAX_TAILS`] of each, so the kept ends never cost more
+//! than as many detached panes that are still running. Nothing polls and no timer runs: an end
 //! pushes one out. A tail is served only while the lease is known as ended (not forgotten), and
 //! only from an offset the client names (`Resume::From`); every other attach of an ended pane
 //! is answered `Ended`, as before (rule B: nothing is ever spawned for it). Tails are not carried
