@@ -129,7 +129,8 @@ impl InputWriter {
         }
     }
 
-    /// Bytes queued and not yet acknowledged by the agent.
+    /// Bytes queued and not yet acknowledged by the agent (a piece whose delivery failed stays
+    /// counted).
     pub fn pending(&self) -> usize {
         self.state.queued.load(Ordering::Acquire)
     }
@@ -214,7 +215,10 @@ async fn drain(
                     other => break other,
                 }
             };
-            state.queued.fetch_sub(piece.len(), Ordering::AcqRel);
+            // A piece that failed stays counted: `pending` is what the agent never confirmed.
+            if result.is_ok() {
+                state.queued.fetch_sub(piece.len(), Ordering::AcqRel);
+            }
             state.room.notify_waiters();
             if let Err(e) = result {
                 let _ = failure.send(e).await;

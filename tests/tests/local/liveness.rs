@@ -227,3 +227,25 @@ fn the_status_line_is_cleared_when_relay_detaches_during_an_outage() {
         &screen[drawn..]
     );
 }
+
+/// Input typed while relay reconnects (the agent stopped and declared dead) and then left
+/// behind by a detach is counted exactly: a line and `~.` in one keystroke burst. Before, the pane's release dropped the line
+/// uncounted and relay said nothing. (Whether the agent still reads the dropped connection's
+/// last bytes when it continues is a race, so the message says "may not".)
+#[test]
+fn input_left_behind_by_a_detach_during_an_outage_is_counted_exactly() {
+    let home = TestHome::new();
+    let mut run = PtyRun::spawn(&home, &["shell", "--local", "--pane", "left"]);
+    run.type_text("echo ready-$((40+2))\r");
+    run.wait_for("ready-42");
+    let pid = home.daemon_pid().expect("the daemon runs");
+    let _stopped = Stopped::stop(pid);
+    // Declared dead: the line waits for a connection rather than for the agent's answer.
+    run.wait_for("reconnecting");
+    run.type_text("echo never-$((6*7))\r~.");
+    assert_eq!(run.exit_within(Duration::from_secs(15)), Some(0));
+    run.wait_for(
+        "[relay: 20 bytes of your input were not confirmed by the agent before the detach; \
+         the shell may not have got them]",
+    );
+}

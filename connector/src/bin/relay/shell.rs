@@ -91,9 +91,12 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     let mut writer = host.input_writer(&binding);
     let mut failures = writer.failures();
     let mut input = InputQueue::new(writer);
+    // The handle lives until the input is finished: dropping it releases the pane, and input
+    // still on its way would then be dropped (and miscounted) instead of delivered.
+    let mut handle = handle;
     let outcome = pump(
         &host,
-        handle,
+        &mut handle,
         &mut input,
         &mut failures,
         &resize,
@@ -126,9 +129,15 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
                 _ = stops.recv() => 0,
             };
             if unsent > 0 {
+                // Not confirmed is all relay knows: a frozen agent may still read the dropped
+                // connection's last bytes when it continues.
+                let what = match unsent {
+                    1 => "1 byte of your input was".to_string(),
+                    n => format!("{n} bytes of your input were"),
+                };
                 eprintln!(
-                    "[relay: {unsent} bytes of your input were not delivered before the detach; \
-                     the shell did not get them]"
+                    "[relay: {what} not confirmed by the agent before the detach; the shell may \
+                     not have got them]"
                 );
             }
             host.close();
@@ -337,7 +346,7 @@ impl Stops {
 /// the status line. Signals end the wait.
 async fn pump(
     host: &Host,
-    handle: PaneHandle,
+    handle: &mut PaneHandle,
     input: &mut InputQueue,
     failures: &mut InputFailures,
     resize: &watch::Sender<Option<TermSize>>,
@@ -373,7 +382,7 @@ async fn pump(
 #[allow(clippy::too_many_arguments)]
 async fn pump_loop(
     host: &Host,
-    mut handle: PaneHandle,
+    handle: &mut PaneHandle,
     input: &mut InputQueue,
     failures: &mut InputFailures,
     resize: &watch::Sender<Option<TermSize>>,
