@@ -11,6 +11,7 @@ mod common;
 mod escape;
 mod input;
 mod modes;
+mod pane;
 mod policy;
 mod screen;
 mod serve;

@@ -12,16 +12,13 @@
 //! [`crate::status`]) says what is happening, and output continues from the last offset once the
 //! host re-attached the same shell.
 
-use std::fmt::Display;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::Context;
 use relay_connector::{
     Host, HostOptions, HostState, InputFailures, PaneEvent, PaneHandle, Session,
 };
-use relay_protocol::{
-    Binding, EndReason, ErrorReply, ExitStatus, PaneKey, Resume, SpawnSpec, TermSize,
-};
+use relay_protocol::{Binding, EndReason, ExitStatus, TermSize};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 
@@ -29,6 +26,7 @@ use crate::cli::PaneArgs;
 use crate::common::destination::Destination;
 use crate::escape::{Action, Escapes, HELP};
 use crate::input::InputQueue;
+use crate::pane::{not_attachable, open_pane, reattach};
 use crate::screen::Screen;
 use crate::status;
 use crate::terminal::{self, RawMode};
@@ -63,7 +61,9 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     let session = first_connection(&host, &destination).await?;
     let pane = args.pane_key();
     let size = terminal::size();
-    let handle = match mode {
+    // The handle lives until the input is finished (below): dropping it releases the pane, and
+    // input still on its way would then be dropped (and miscounted) instead of delivered.
+    let mut handle = match mode {
         Mode::Attach => match host.attach_pane(pane.clone(), None, reattach(size)).await {
             Ok(h) => h,
             Err(e) if e.is_not_found() || e.is_ended() => {
@@ -91,9 +91,6 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     let mut writer = host.input_writer(&binding);
     let mut failures = writer.failures();
     let mut input = InputQueue::new(writer);
-    // The handle lives until the input is finished: dropping it releases the pane, and input
-    // still on its way would then be dropped (and miscounted) instead of delivered.
-    let mut handle = handle;
     let outcome = pump(
         &host,
         &mut handle,
@@ -182,116 +179,6 @@ async fn first_connection(host: &Host, destination: &Destination) -> anyhow::Res
         if states.changed().await.is_err() {
             anyhow::bail!("cannot reach the relay agent ({destination}): the host was closed");
         }
-    }
-}
-
-/// `relay shell`: the pane's live shell, or a new one. Without a command the pane is attached
-/// first, so that a shell that ended (host rebooted, agent restarted) is reported before a new
-/// one starts; with a command a new pane runs it.
-/// Where output of an existing pane starts: on a terminal, its screen (a snapshot: the screen
-/// and a short scrollback, drawn at once, instead of megabytes of history); into a pipe, every
-/// byte the agent still holds.
-fn reattach(size: Option<TermSize>) -> Resume {
-    match size {
-        Some(_) => Resume::Snapshot,
-        None => Resume::From(0),
-    }
-}
-
-async fn open_pane(
-    host: &Host,
-    session: &Session,
-    args: &PaneArgs,
-    pane: &PaneKey,
-    destination: &Destination,
-    size: Option<TermSize>,
-) -> anyhow::Result<PaneHandle> {
-    if args.command.is_empty() {
-        match host.attach_pane(pane.clone(), None, reattach(size)).await {
-            Ok(h) => return Ok(h),
-            Err(e) if e.is_not_found() => {}
-            Err(e) if e.is_ended() => eprintln!("{}", previous_ended(session, &e, pane).await),
-            Err(e) => return Err(e).with_context(|| format!("cannot attach to pane {pane}")),
-        }
-    }
-    let spec = SpawnSpec {
-        command: remote_command(&args.command),
-        cwd: match destination {
-            Destination::Local => local_cwd(),
-            Destination::Host(_) => None,
-        },
-        term: std::env::var("TERM").ok().filter(|t| !t.is_empty()),
-        size: size.unwrap_or_default(),
-        env: Vec::new(),
-    };
-    let (created, handle) = host
-        .open_pane(pane.clone(), spec, Resume::From(0))
-        .await
-        .with_context(|| format!("cannot open a shell for pane {pane}"))?;
-    if created.existed && !args.command.is_empty() {
-        eprintln!(
-            "[pane {pane} already runs a shell; attached to it, the command was not started]"
-        );
-    }
-    Ok(handle)
-}
-
-/// The argv for `relay shell -- CMD ARGS`: like ssh, the words are joined with spaces and run by
-/// a shell on the host (`/bin/sh -c`), so `relay shell h -- 'echo $HOME'` expands on the host.
-/// Empty for the login shell.
-fn remote_command(words: &[String]) -> Vec<String> {
-    if words.is_empty() {
-        return Vec::new();
-    }
-    vec!["/bin/sh".into(), "-c".into(), words.join(" ")]
-}
-
-/// "the previous shell of pane w/main/0 ended: agent restarted 12 min ago; starting a new
-/// shell".
-async fn previous_ended(session: &Session, e: &relay_connector::Error, pane: &PaneKey) -> String {
-    let Some(ErrorReply::Ended {
-        pty, reason, exit, ..
-    }) = e.agent_reply()
-    else {
-        return format!("[the previous shell of pane {pane} ended; starting a new shell]");
-    };
-    let when = session
-        .list_leases()
-        .await
-        .ok()
-        .and_then(|leases| leases.into_iter().find(|l| l.binding.pty == *pty))
-        .map(|l| format!(" {}", ago(l.since_ms)))
-        .unwrap_or_default();
-    let how = exit.as_ref().map(|x| format!(", {x}")).unwrap_or_default();
-    format!("[the previous shell of pane {pane} ended: {reason}{when}{how}; starting a new shell]")
-}
-
-/// `12 min ago` for a time in milliseconds since the Unix epoch.
-fn ago(ms: u64) -> String {
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(ms);
-    let secs = now.saturating_sub(ms) / 1000;
-    match secs {
-        0..=89 => format!("{secs} s ago"),
-        90..=5399 => format!("{} min ago", (secs + 30) / 60),
-        _ => format!("{} h ago", (secs + 1800) / 3600),
-    }
-}
-
-/// One sentence for `relay attach` to a pane that does not exist or has ended.
-fn not_attachable(
-    e: &relay_connector::Error,
-    pane: &PaneKey,
-    destination: &impl Display,
-) -> String {
-    match e.agent_reply() {
-        Some(ErrorReply::Ended { exit, reason, .. }) => {
-            let how = exit.as_ref().map(|x| format!(", {x}")).unwrap_or_default();
-            format!("pane {pane} has ended ({reason}{how}); use `relay shell` to start a new shell")
-        }
-        _ => format!("no pane {pane} on {destination}; use `relay shell` to create it"),
     }
 }
 
@@ -567,22 +454,6 @@ fn signal_number(name: &str) -> Option<i32> {
     })
 }
 
-/// The directory a local shell starts in: this process's current directory. When it cannot be
-/// read (it was deleted) or carried (not UTF-8: the protocol's paths are text), the shell
-/// starts in the home directory, and stderr says why, as bash's "error retrieving current
-/// directory" does, rather than moving the user silently.
-fn local_cwd() -> Option<String> {
-    let why = match std::env::current_dir() {
-        Ok(dir) => match dir.into_os_string().into_string() {
-            Ok(dir) => return Some(dir),
-            Err(raw) => format!("the current directory {raw:?} is not valid UTF-8"),
-        },
-        Err(e) => format!("cannot read the current directory ({e})"),
-    };
-    eprintln!("[relay: {why}; the shell starts in your home directory]");
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,16 +472,5 @@ mod tests {
         assert_eq!(code(1, Some("Killed")), 137);
         assert_eq!(code(1, Some("SIGTERM")), 143);
         assert_eq!(code(1, Some("no such signal")), 1);
-    }
-
-    #[test]
-    fn ages_read_naturally() {
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64;
-        assert_eq!(ago(now - 5_000), "5 s ago");
-        assert_eq!(ago(now - 12 * 60_000), "12 min ago");
-        assert_eq!(ago(now - 3 * 3_600_000), "3 h ago");
     }
 }
