@@ -1,31 +1,13 @@
 //! The bridge hands its stdin and stdout to a daemon of the same executable
 //! (`relay_agent::stdio_pass`), and copies for any other daemon or when the daemon refuses.
 
-use std::os::fd::AsFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use relay_protocol::LeaseState;
 
 use crate::support::{contains, pane, wait_until, Client, Home, WAIT};
-
-/// A bridge over pipes, and the pipes' inode numbers (its stdin's, its stdout's).
-fn bridge(command: &mut Command) -> (Child, Client, [u64; 2]) {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0)
-        .spawn()
-        .expect("spawn bridge");
-    let w = child.stdin.take().unwrap();
-    let r = child.stdout.take().unwrap();
-    let inode = |fd: std::os::fd::BorrowedFd<'_>| nix::sys::stat::fstat(fd).unwrap().st_ino;
-    let pipes = [inode(w.as_fd()), inode(r.as_fd())];
-    (child, Client::hello(Client::over(r, w)), pipes)
-}
 
 /// The bridge's exit status once it exits; panics (killing it) if it has not within [`WAIT`].
 fn exit_of(child: &mut Child) -> std::process::ExitStatus {
@@ -66,7 +48,7 @@ fn holds_pipe(pid: u32, inode: u64) -> bool {
 #[test]
 fn a_bridge_hands_its_pipes_to_a_daemon_of_the_same_file_and_lives_as_long_as_the_connection() {
     let home = Home::new();
-    let (mut child, mut c, pipes) = bridge(&mut home.command(&["bridge"]));
+    let (mut child, mut c, pipes) = home.bridge_over_pipes();
     let daemon = c.status().pid;
     // The bridge lets go of its copies right after the daemon's answer, which may be after the
     // daemon's first reply.
@@ -109,7 +91,7 @@ fn a_bridge_hands_its_pipes_to_a_daemon_of_the_same_file_and_lives_as_long_as_th
     );
 
     // A clean end: the client closes the pipes, the daemon closes the socket, the bridge exits 0.
-    let (mut child, c, _) = bridge(&mut home.command(&["bridge"]));
+    let (mut child, c, _) = home.bridge_over_pipes();
     drop(c);
     assert!(exit_of(&mut child).success());
 }
@@ -120,7 +102,7 @@ fn a_bridge_hands_its_pipes_to_a_daemon_of_the_same_file_and_lives_as_long_as_th
 fn a_daemon_that_refuses_the_pipes_is_served_through_a_copying_bridge() {
     let home = Home::new();
     home.start_daemon_with(&[("RELAY_PASS_STDIO", "off")]);
-    let (mut child, mut c, pipes) = bridge(&mut home.command(&["bridge"]));
+    let (mut child, mut c, pipes) = home.bridge_over_pipes();
     let daemon = c.status().pid;
     assert_eq!(
         stdio_of(child.id()),
@@ -156,7 +138,7 @@ fn a_bridge_copies_for_a_daemon_of_another_file() {
         .unwrap();
     assert!(started.status.success());
 
-    let (mut child, mut c, pipes) = bridge(&mut home.command(&["bridge"]));
+    let (mut child, mut c, pipes) = home.bridge_over_pipes();
     let daemon = c.status().pid;
     assert!(
         std::fs::read_link(format!("/proc/{daemon}/exe"))

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -97,6 +98,12 @@ impl Home {
 
     /// A bridge process (own process group) and a client over its stdio.
     pub fn bridge(&self) -> (Child, Client) {
+        let (child, client, _) = self.bridge_over_pipes();
+        (child, client)
+    }
+
+    /// [`Home::bridge`], and the inode numbers of the pipes that are its stdin and stdout.
+    pub fn bridge_over_pipes(&self) -> (Child, Client, [u64; 2]) {
         let mut child = self
             .command(&["bridge"])
             .stdin(Stdio::piped())
@@ -107,7 +114,9 @@ impl Home {
             .expect("spawn bridge");
         let w = child.stdin.take().unwrap();
         let r = child.stdout.take().unwrap();
-        (child, Client::hello(Client::over(r, w)))
+        let inode = |fd: std::os::fd::BorrowedFd<'_>| nix::sys::stat::fstat(fd).unwrap().st_ino;
+        let pipes = [inode(w.as_fd()), inode(r.as_fd())];
+        (child, Client::hello(Client::over(r, w)), pipes)
     }
 
     /// Pids of `relay-agent daemon` processes running for this home.
