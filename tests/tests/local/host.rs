@@ -410,13 +410,10 @@ async fn an_attach_racing_the_reattach_pass_keeps_its_output() {
     }
 }
 
-/// Rules E and B: a pane whose program ends while the host is away (here: between a killed
-/// connection and the first retry) is re-attached from the first byte it had not seen; the
-/// output the program wrote meanwhile arrives in order, then its exit, instead of a bare
-/// `Ended`, and nothing is created.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rule_e_output_written_while_away_by_a_pane_that_ended_arrives_before_its_exit() {
-    let home = TestHome::new();
+/// A pane printing `HEAD`, then, once the host is away (its connection killed, the first retry
+/// 3 s off), `line-0` … `line-{lines-1}`, `TAIL` and exit 3; read until the host sees the exit.
+/// Returns what the pane's stream delivered and the pane's PTY id.
+async fn ended_while_away(home: &TestHome, lines: u32) -> (Collected, String) {
     let host = Host::open(home.transport(), {
         let mut o = HostOptions::new("relay-tests");
         o.backoff.first = Duration::from_secs(3);
@@ -425,14 +422,11 @@ async fn rule_e_output_written_while_away_by_a_pane_that_ended_arrives_before_it
     let go = home.path().join("go");
     let script = format!(
         "echo HEAD; while [ ! -e {go} ]; do sleep 0.02; done; i=0; \
-         while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done; echo TAIL; exit 3",
+         while [ $i -lt {lines} ]; do echo line-$i; i=$((i+1)); done; echo TAIL; exit 3",
         go = go.display()
     );
-    let (created, mut pane) = host
-        .workspace("w")
-        .open("away", "0", sh(&script))
-        .await
-        .unwrap();
+    let ws = host.workspace("w");
+    let (created, mut pane) = ws.open("away", "0", sh(&script)).await.unwrap();
     let mut out = Collected::default();
     read_until_text(&mut pane, &mut out, "HEAD").await.unwrap();
     assert_eq!(home.kill_bridges(), 1);
@@ -440,20 +434,47 @@ async fn rule_e_output_written_while_away_by_a_pane_that_ended_arrives_before_it
         .await
         .unwrap();
     std::fs::write(&go, "").unwrap(); // The program finishes while the host waits to retry.
-    let leases = || home.leases_json();
     relay_tests::eventually("the pane's end", || {
-        (leases()[0]["state"] == "ended").then_some(())
+        (home.leases_json()[0]["state"] == "ended").then_some(())
     });
     read_until(&mut pane, &mut out, LIVENESS, |c| c.exit.is_some())
         .await
         .unwrap();
+    (out, created.binding.pty.to_string())
+}
+
+/// Rules E and B: a pane whose program ends while the host is away (here: between a killed
+/// connection and the first retry) is re-attached from the first byte it had not seen; the
+/// output the program wrote meanwhile arrives in order, then its exit, instead of a bare
+/// `Ended`, and nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_e_output_written_while_away_by_a_pane_that_ended_arrives_before_its_exit() {
+    let home = TestHome::new();
+    let (out, pty) = ended_while_away(&home, 3000).await;
     assert_eq!(out.exit, Some((3, None)));
     assert!(out.ended.is_none(), "the exit itself, not a bare proof");
-    assert!(out.gaps.is_empty(), "{:?}", out.gaps);
+    assert!(out.gaps.is_empty() && out.snapshots.is_empty());
     let lines = numbered(&out.text());
     assert_eq!(lines, (0..3000).collect::<Vec<u64>>());
     assert!(out.text().trim_end().ends_with("TAIL"), "{}", out.text());
-    let rows = leases();
+    let rows = home.leases_json();
     assert_eq!(rows.len(), 1, "nothing created: {rows:?}");
-    assert_eq!(rows[0]["pty"], created.binding.pty.to_string(), "{rows:?}");
+    assert_eq!(rows[0]["pty"], pty, "{rows:?}");
+}
+
+/// Rule E when the ended pane wrote more while the host was away than its ring holds: the
+/// re-attach gets a snapshot of the screen the program left (never a silent jump), then the
+/// rest, then the exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_e_an_ended_pane_that_overran_its_ring_while_away_comes_back_as_a_snapshot() {
+    let home = TestHome::with_env(&[("RELAY_REPLAY_BYTES", "65536")]);
+    let (out, _) = ended_while_away(&home, 30_000).await;
+    assert_eq!(out.exit, Some((3, None)));
+    assert!(out.ended.is_none(), "the exit itself, not a bare proof");
+    assert_eq!(out.snapshots.len(), 1, "one snapshot for the overrun");
+    let terminal = String::from_utf8_lossy(&out.terminal);
+    assert!(
+        terminal.contains("line-29999") && terminal.contains("TAIL"),
+        "{terminal}"
+    );
 }
