@@ -1,7 +1,8 @@
 //! Reconnect figures (issue 6) against fixture containers, each next to what plain OpenSSH does
 //! in the same run where OpenSSH has an equivalent: dead-link detection after a silent partition,
 //! network restored → first new output, re-attach of 10 and 100 panes after a reconnect, and
-//! keystroke echo idle, next to a flooding neighbour and next to an unread one.
+//! keystroke echo idle, next to a flood on the host that relay does not serve, next to a
+//! flooding neighbour and next to an unread one.
 //!
 //! Needs Docker and root (a silent partition drops packets in the container's network
 //! namespace with `nsenter` + `iptables`).
@@ -287,10 +288,12 @@ impl Echo {
 
 pub(super) const RAW_CAT: &str = "stty raw -echo; echo ready; exec cat";
 
-/// Echo round trip, p50 and p99: idle; next to a pane flooding with `yes` whose output is read
-/// as fast as it comes; next to one whose output nobody reads. Baselines: `ssh -tt host` running
-/// the same raw `cat`, idle, and next to a `yes` read as fast as it comes on another channel of
-/// the same SSH connection (OpenSSH connection sharing, `ControlMaster`).
+/// Echo round trip, p50 and p99: idle; next to a `yes` in a PTY on the host that neither tool
+/// serves (what the flood costs the host by itself); next to a pane flooding with `yes` whose
+/// output is read as fast as it comes; next to one whose output nobody reads. Baselines:
+/// `ssh -tt host` running the same raw `cat`, idle and next to the unserved `yes`, and next to a
+/// `yes` read as fast as it comes on another channel of the same SSH connection (OpenSSH
+/// connection sharing, `ControlMaster`).
 async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let ssh = SshHost::start().await?;
     let host = host(&ssh)?;
@@ -312,6 +315,33 @@ async fn echo(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         &idle,
         &plain,
         "`ssh -tt host` raw cat, idle",
+    ));
+
+    // What the same flood does to both tools when neither serves it: `yes` in a PTY of its own
+    // that `script` reads and throws away (CPU, PTY and scheduler contention, no traffic).
+    ssh.exec_ok("nohup script -qfc 'yes flood-flood-flood' /dev/null > /dev/null 2>&1 &")
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let busy = echo.samples(runs(ECHO_SAMPLES)).await?;
+    let plain_busy = plain_echo(&ssh).await?;
+    ssh.exec_ok("pkill -x script; pkill -x yes; true").await?;
+    rows.push(row(
+        "ssh echo next to a `yes` PTY on the host that neither tool serves",
+        &busy,
+        &plain_busy,
+        "`ssh -tt host` raw cat, the same flood",
+    ));
+    rows.push(row(
+        "  the same against relay idle",
+        &busy,
+        &idle,
+        "relay idle (above)",
+    ));
+    rows.push(row(
+        "  `ssh -tt` next to it against `ssh -tt` idle",
+        &plain_busy,
+        &plain,
+        "`ssh -tt` idle (above)",
     ));
 
     let (flooding_pane, mut flood) = host
