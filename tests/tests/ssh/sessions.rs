@@ -83,3 +83,52 @@ async fn closing_the_ssh_connection_leaves_remote_ptys_running() {
     assert_eq!(lease.pid, Some(pid));
     host.exec_ok(&format!("kill -0 {pid}")).await.unwrap();
 }
+
+/// Whether the agent behind `session` runs its terminal models (`RELAY_SCREEN_MODEL`).
+fn screen_model_on(session: &Session) -> bool {
+    session
+        .welcome()
+        .capabilities
+        .iter()
+        .any(|c| c.0 == relay_protocol::Capability::SCREEN)
+}
+
+/// README ("Agent settings"): a daemon on a host is started by the first connection's bridge,
+/// which sshd runs with the user's login shell, so `RELAY_*` settings go at the top of
+/// `~/.bashrc` (bash reads it for a command sshd runs; Debian's returns early when not
+/// interactive, so a line appended at its end is never read), and take effect when the daemon
+/// next starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn settings_at_the_top_of_bashrc_reach_a_daemon_started_over_ssh() {
+    let host = SshHost::start().await.unwrap();
+    let transport = trusted(&host);
+    let stop_daemon = || async {
+        host.exec_ok("pkill -u relay -f -- '[r]elay-agent-.* daemon'; true")
+            .await
+            .unwrap();
+        eventually_async("the daemon to stop", || async {
+            count_procs(&host, "[r]elay-agent-.* daemon").await == 0
+        })
+        .await;
+    };
+
+    host.exec_ok("echo 'export RELAY_SCREEN_MODEL=off' >> /home/relay/.bashrc")
+        .await
+        .unwrap();
+    let session = Session::connect(&transport, "ssh-tests").await.unwrap();
+    assert!(
+        screen_model_on(&session),
+        "a setting after the skeleton's early return is not read (the README's warning)"
+    );
+    drop(session);
+    stop_daemon().await;
+
+    host.exec_ok("sed -i '1i export RELAY_SCREEN_MODEL=off' /home/relay/.bashrc")
+        .await
+        .unwrap();
+    let session = Session::connect(&transport, "ssh-tests").await.unwrap();
+    assert!(
+        !screen_model_on(&session),
+        "a setting at the top of ~/.bashrc reaches the daemon the bridge starts"
+    );
+}
