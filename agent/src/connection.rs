@@ -63,7 +63,7 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
     } = match accepted {
         Ok(Ok(transport)) => transport,
         Ok(Err(e)) => {
-            warn_close(format!("reading the first byte failed: {e}"));
+            warn_close(format!("before the Hello: {e}"));
             return;
         }
         Err(_) => {

@@ -16,7 +16,9 @@
 //! daemon of an earlier version (before a live upgrade) never sees the marker, and only when fds
 //! 0 and 1 are pipes or sockets (what sshd and a local connector give; a terminal or a file
 //! cannot be polled). The marker, `0xFE`, cannot start a frame of an older peer either: as the
-//! first byte of a frame's big-endian `u32` length it would announce more than 4 GiB. One race
+//! first byte of a frame's big-endian `u32` length it would announce more than 4 GiB. So a
+//! marker that comes without fds is such a frame: the connection is closed as for any oversized
+//! frame, with no answer byte in the peer's stream (found by the `agent` fuzz target). One race
 //! is left: a bridge that checks while a live upgrade is falling back to an older binary may
 //! offer to it; that daemon closes the connection as a bad frame, and the connector's next
 //! connect copies.
@@ -195,7 +197,8 @@ impl Transport {
 /// Waits for the first byte (the caller bounds the wait).
 ///
 /// # Errors
-/// The socket failed while the first byte was read or answered.
+/// The socket failed while the first byte was read or answered; `InvalidData` when the first
+/// byte is the marker with no fds (another peer's oversized frame: close the connection).
 pub async fn accept(stream: UnixStream, allow: bool) -> io::Result<Transport> {
     let mut first = [0u8; 1];
     let n = stream
@@ -238,8 +241,11 @@ pub async fn accept(stream: UnixStream, allow: bool) -> io::Result<Transport> {
 /// buffer has room for them all, so that no fd the kernel installs is lost to truncation.
 const SCM_MAX_FD: usize = 253;
 
-/// Reads the marker byte and its fds (close-on-exec); `Err(why)` unless exactly two came. Every
-/// fd that came is closed unless returned.
+/// Reads the marker byte and its fds (close-on-exec); `Ok(Err(why))` unless exactly two came.
+/// Every fd that came is closed unless returned.
+///
+/// # Errors
+/// `recvmsg`'s; `InvalidData` when no fd came at all (not an offer: the connection is closed).
 fn receive_fds(sock: RawFd) -> io::Result<Result<(OwnedFd, OwnedFd), String>> {
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
@@ -254,6 +260,16 @@ fn receive_fds(sock: RawFd) -> io::Result<Result<(OwnedFd, OwnedFd), String>> {
                     .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
             );
         }
+    }
+    if fds.is_empty() {
+        // A bridge always attaches its fds, so this is another peer's first frame, whose length
+        // would be over 4 GiB: refused as a bad frame is, by closing; an answer byte would be
+        // garbage in that peer's stream.
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "its first byte (0xFE) is neither a bridge's offer (no descriptors came with it) \
+             nor the start of a frame (its length would be over 4 GiB)",
+        ));
     }
     if fds.len() != 2 {
         return Ok(Err(format!(

@@ -249,3 +249,43 @@ fn an_offer_the_daemon_cannot_use_is_refused_and_leaks_nothing() {
         fd_count(daemon)
     );
 }
+
+/// A first byte of `0xFE` with no fds attached is not a bridge's offer but another peer's frame
+/// announcing over 4 GiB: the daemon closes that connection, logging why, and writes nothing
+/// into it (no answer byte a frame reader would take for garbage). Other connections go on.
+/// Found by the `agent` fuzz target.
+#[test]
+fn a_marker_without_descriptors_closes_the_connection_with_no_answer_byte() {
+    use std::io::{Read, Write};
+
+    let home = Home::new();
+    home.start_daemon();
+    let mut other = home.client();
+
+    let mut socket = Client::socket(&home);
+    socket
+        .write_all(&[relay_agent::stdio_pass::MARKER, 0xff, 0xff, 0xfc, 0x00])
+        .unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    loop {
+        match socket.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            // Closed with our bytes unread: a reset, which is a close too.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the daemon did not close the connection within {WAIT:?}: {e}"),
+        }
+    }
+    assert!(
+        got.is_empty(),
+        "the daemon wrote {got:?} into a non-bridge's stream"
+    );
+    assert!(
+        home.wait_log("neither a bridge's offer (no descriptors came with it)"),
+        "{}",
+        home.log()
+    );
+    other.ping(7);
+}
