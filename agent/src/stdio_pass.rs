@@ -245,7 +245,8 @@ const SCM_MAX_FD: usize = 253;
 /// Every fd that came is closed unless returned.
 ///
 /// # Errors
-/// `recvmsg`'s; `InvalidData` when no fd came at all (not an offer: the connection is closed).
+/// `recvmsg`'s; `InvalidData` when no fd came at all (not an offer: the connection is closed),
+/// unless the kernel truncated them (`MSG_CTRUNC`: refused, as an offer).
 fn receive_fds(sock: RawFd) -> io::Result<Result<(OwnedFd, OwnedFd), String>> {
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
@@ -260,6 +261,13 @@ fn receive_fds(sock: RawFd) -> io::Result<Result<(OwnedFd, OwnedFd), String>> {
                     .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
             );
         }
+    }
+    if fds.is_empty() && msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        // Fds came but the kernel could not install them (this process at its descriptor
+        // limit): a bridge's offer all the same, which copies when refused.
+        return Ok(Err(
+            "its descriptors could not be received (the daemon is at its descriptor limit?)".into(),
+        ));
     }
     if fds.is_empty() {
         // A bridge always attaches its fds, so this is another peer's first frame, whose length
