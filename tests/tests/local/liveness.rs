@@ -43,6 +43,14 @@ fn process_state(pid: Pid) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
+/// `relay shell --local --pane PANE` in a real PTY, once its shell answers.
+fn shell_in_pty(home: &TestHome, pane: &str) -> PtyRun {
+    let mut run = PtyRun::spawn(home, &["shell", "--local", "--pane", pane]);
+    run.type_text("echo ready-$((40+2))\r");
+    run.wait_for("ready-42");
+    run
+}
+
 /// Starts the home's daemon and returns its pid.
 fn running_daemon(home: &TestHome) -> i32 {
     home.start_daemon();
@@ -87,12 +95,8 @@ fn relayctl_gives_up_on_a_stopped_agent_within_its_timeout() {
 #[test]
 fn relay_detaches_and_obeys_sigterm_while_the_agent_is_stopped() {
     let home = TestHome::new();
-    let mut detacher = PtyRun::spawn(&home, &["shell", "--local", "--pane", "a"]);
-    let mut terminated = PtyRun::spawn(&home, &["shell", "--local", "--pane", "b"]);
-    for run in [&mut detacher, &mut terminated] {
-        run.type_text("echo ready-$((40+2))\r");
-        run.wait_for("ready-42");
-    }
+    let mut detacher = shell_in_pty(&home, "a");
+    let mut terminated = shell_in_pty(&home, "b");
     let pid = home.daemon_pid().expect("the daemon runs");
     let _stopped = Stopped::stop(pid);
 
@@ -210,9 +214,7 @@ fn relay_obeys_sigterm_while_its_stdout_is_not_read() {
 #[test]
 fn the_status_line_is_cleared_when_relay_detaches_during_an_outage() {
     let home = TestHome::new();
-    let mut run = PtyRun::spawn(&home, &["shell", "--local", "--pane", "away"]);
-    run.type_text("echo ready-$((40+2))\r");
-    run.wait_for("ready-42");
+    let mut run = shell_in_pty(&home, "away");
     let pid = home.daemon_pid().expect("the daemon runs");
     let _stopped = Stopped::stop(pid);
     run.wait_for("[relay: no answer from local");
@@ -229,15 +231,14 @@ fn the_status_line_is_cleared_when_relay_detaches_during_an_outage() {
 }
 
 /// Input typed while relay reconnects (the agent stopped and declared dead) and then left
-/// behind by a detach is counted exactly: a line and `~.` in one keystroke burst. Before, the pane's release dropped the line
-/// uncounted and relay said nothing. (Whether the agent still reads the dropped connection's
-/// last bytes when it continues is a race, so the message says "may not".)
+/// behind by a detach is counted exactly: a line and `~.` in one keystroke burst. Before, the
+/// pane's release dropped the line uncounted and relay said nothing. (Whether the agent still
+/// reads the dropped connection's last bytes when it continues is a race, so the message says
+/// "may not".)
 #[test]
 fn input_left_behind_by_a_detach_during_an_outage_is_counted_exactly() {
     let home = TestHome::new();
-    let mut run = PtyRun::spawn(&home, &["shell", "--local", "--pane", "left"]);
-    run.type_text("echo ready-$((40+2))\r");
-    run.wait_for("ready-42");
+    let mut run = shell_in_pty(&home, "left");
     let pid = home.daemon_pid().expect("the daemon runs");
     let _stopped = Stopped::stop(pid);
     // Declared dead: the line waits for a connection rather than for the agent's answer.
