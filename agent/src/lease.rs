@@ -197,6 +197,17 @@ impl LeaseTable {
         }
     }
 
+    /// The highest counter [`LeaseTable::mint`] has given out (0: none yet).
+    pub fn last_minted(&self) -> u64 {
+        self.counter
+    }
+
+    /// Never mints a counter up to `counter` again: what a live upgrade hands over, since the
+    /// journal forgets the ids of forgotten leases.
+    pub fn minted_through(&mut self, counter: u64) {
+        self.counter = self.counter.max(counter);
+    }
+
     /// The pane's live lease, if any.
     pub fn live(&self, pane: &PaneKey) -> Option<&Lease> {
         self.panes.get(pane)?.iter().rev().find(|l| l.is_live())

@@ -25,6 +25,8 @@ mod screen;
 mod serve;
 #[path = "local/upgrade.rs"]
 mod upgrade;
+#[path = "local/upgrade_ids.rs"]
+mod upgrade_ids;
 #[path = "local/upgrade_limit.rs"]
 mod upgrade_limit;
 

@@ -6,8 +6,8 @@
 //! stay its children (exit statuses are still reaped by pid) and their PTY ids, offsets and
 //! leases continue; clients lose their connection and re-attach (the connector's supervisor
 //! does it by itself). What the lease book knows comes from the journal, as on any start, with
-//! the incarnation kept; what lives only in memory (rings, models, input seqs, detach times) comes
-//! from the state file.
+//! the incarnation kept; what lives only in memory (rings, models, input seqs, detach times, the
+//! highest PTY id minted) comes from the state file.
 //!
 //! Fail safe: before anything is handed over, the new binary is run twice as a child —
 //! `handover-info` (its version and the state versions it reads: [`version::decide`] applies the
@@ -31,7 +31,10 @@ use serde::{Deserialize, Serialize};
 use crate::input_seq::WriterTable;
 
 /// Version of the state format this build writes. Raised whenever [`Handover`] changes shape.
-pub const STATE_VERSION: u32 = 1;
+///
+/// - 1: the [`Handover`] body.
+/// - 2: then [`AddedIn2`] (the highest PTY counter minted), as a second postcard value.
+pub const STATE_VERSION: u32 = 2;
 /// Oldest state format this build reads (a newer binary keeps reading older formats it knows).
 pub const OLDEST_READABLE: u32 = 1;
 
@@ -55,6 +58,19 @@ pub struct Handover {
     pub ptys: Vec<HandedPty>,
     /// When each of those leases entered its current state (detach times are not journaled).
     pub since_ms: Vec<(PtyId, u64)>,
+    /// What state version 2 added; `None` in a version-1 state (written by an older agent).
+    /// Encoded after the body (see [`STATE_VERSION`]), so a version-1 body reads unchanged.
+    #[serde(skip)]
+    pub added_in_2: Option<AddedIn2>,
+}
+
+/// The fields state version 2 appended to a [`Handover`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddedIn2 {
+    /// The highest PTY counter this incarnation has minted. The journal cannot say it once the
+    /// leases with the highest ids were forgotten and the journal rewritten without them, and a
+    /// PTY id is never given out twice (DESIGN §2), so the new code mints above this.
+    pub last_counter: u64,
 }
 
 /// One running PTY.
@@ -126,13 +142,15 @@ pub enum StateError {
     Io(#[from] io::Error),
 }
 
-/// Encodes `h`: magic, the format version (u32 LE), then the postcard body.
+/// Encodes `h`: magic, the format version (u32 LE), the postcard body, then each later
+/// version's additions as postcard values of their own (see [`STATE_VERSION`]).
 pub fn encode(h: &Handover) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
     out.extend_from_slice(&STATE_VERSION.to_le_bytes());
     // Infallible for these types (no maps with non-string keys, no unsized sequences).
-    let body = postcard::to_allocvec(h).unwrap_or_default();
-    out.extend_from_slice(&body);
+    out.extend_from_slice(&postcard::to_allocvec(h).unwrap_or_default());
+    let added = h.added_in_2.unwrap_or(AddedIn2 { last_counter: 0 });
+    out.extend_from_slice(&postcard::to_allocvec(&added).unwrap_or_default());
     out
 }
 
@@ -148,7 +166,11 @@ pub fn decode(bytes: &[u8]) -> Result<Handover, StateError> {
     if !(OLDEST_READABLE..=STATE_VERSION).contains(&found) {
         return Err(StateError::Version { found });
     }
-    Ok(postcard::from_bytes(body)?)
+    let (mut handover, rest): (Handover, _) = postcard::take_from_bytes(body)?;
+    if found >= 2 {
+        handover.added_in_2 = Some(postcard::from_bytes(rest)?);
+    }
+    Ok(handover)
 }
 
 /// `handover-check --fd N`: reads and decodes the state at descriptor `fd` (inherited from the
@@ -176,6 +198,7 @@ mod tests {
             lock_fd: 4,
             ptys: vec![],
             since_ms: vec![],
+            added_in_2: Some(AddedIn2 { last_counter: 42 }),
         }
     }
 
@@ -184,6 +207,22 @@ mod tests {
         let back = decode(&encode(&sample())).unwrap();
         assert_eq!(back.incarnation, Incarnation(7));
         assert_eq!((back.listener_fd, back.lock_fd), (3, 4));
+        assert_eq!(back.added_in_2, Some(AddedIn2 { last_counter: 42 }));
+    }
+
+    /// A version-1 state (an older agent handing over to this one) is its body alone: it reads,
+    /// with nothing of version 2.
+    #[test]
+    fn a_version_1_state_reads_without_the_counter() {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&postcard::to_allocvec(&sample()).unwrap());
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.incarnation, Incarnation(7));
+        assert_eq!(back.added_in_2, None);
+        // A version-2 state without its addition is damaged, not silently counter-less.
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert!(matches!(decode(&bytes), Err(StateError::Body(_))));
     }
 
     #[test]

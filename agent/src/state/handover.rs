@@ -339,14 +339,16 @@ impl State {
         for pty in ptys {
             pty.fence_io();
         }
-        let since_ms = {
+        let (since_ms, last_counter) = {
             let book = self.book();
-            ptys.iter()
+            let since_ms = ptys
+                .iter()
                 .filter_map(|p| {
                     let pty = p.binding().pty;
                     Some((pty, book.get(&pty)?.since_ms))
                 })
-                .collect()
+                .collect();
+            (since_ms, book.last_minted())
         };
         let handover = Handover {
             from_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -356,6 +358,7 @@ impl State {
             lock_fd: fds.lock,
             ptys: ptys.iter().map(|p| p.parts_for_handover()).collect(),
             since_ms,
+            added_in_2: Some(format::AddedIn2 { last_counter }),
         };
         let bytes = format::encode(&handover);
         let run_dir = self.inner.upgrade.paths.get().map(Paths::run_dir);
@@ -435,6 +438,13 @@ impl State {
         let loaded = journal::load(journal_path)?;
         let mut table = LeaseTable::new(handover.incarnation, config.max_ended);
         let report = loaded.apply(&mut table);
+        match handover.added_in_2 {
+            Some(added) => table.minted_through(added.last_counter),
+            None => tracing::warn!(
+                from = %handover.from_version,
+                "the state does not carry the PTY counter: ids are minted above the journal's"
+            ),
+        }
         for (pty, since) in &handover.since_ms {
             table.restore_since(pty, *since);
         }

@@ -31,7 +31,7 @@ pub(super) fn agent_copy_in(home: &TestHome, name: &str) -> PathBuf {
 }
 
 /// An executable script at `name` in the home (a stranger pretending to be an agent).
-fn script(home: &TestHome, name: &str, body: &str) -> PathBuf {
+pub(super) fn script(home: &TestHome, name: &str, body: &str) -> PathBuf {
     let path = home.path().join(name);
     std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -51,6 +51,20 @@ fn upgrade_in_background(
         .arg("--yes")
         .stdin(std::process::Stdio::null());
     tokio::task::spawn_blocking(move || ctl.output().unwrap())
+}
+
+/// The handover state versions this build's agent reads, as `handover-info` says them
+/// (`1-2`): what a script pretending to be an agent claims when the test is not about them.
+pub(super) fn states_read() -> String {
+    let out = std::process::Command::new(&bins().agent)
+        .arg("handover-info")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    said.split_whitespace()
+        .last()
+        .unwrap_or_else(|| panic!("handover-info said {said:?}"))
+        .to_string()
 }
 
 fn agent_log(home: &TestHome) -> String {
@@ -295,7 +309,7 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
     let older = script(
         &home,
         "older",
-        "echo 'relay-agent 0.0.1 handover-state 1-1'",
+        &format!("echo 'relay-agent 0.0.1 handover-state {}'", states_read()),
     );
     let plain = home.path().join("plain-file");
     std::fs::write(&plain, b"not a program").unwrap();
@@ -361,12 +375,7 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
 
     // A binary that answers the version probe but cannot read the state: the order is
     // accepted, the cut is undone, and the old code serves on (its readers restarted).
-    let half = script(
-        &home,
-        "half",
-        "case $1 in handover-info) echo 'relay-agent 9.0.0 handover-state 1-1';; \
-         *) echo 'state unreadable here' >&2; exit 1;; esac",
-    );
+    let half = half_agent(&home);
     let out = home.relayctl(&["upgrade", "--to", half.to_str().unwrap(), "--yes"]);
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
@@ -396,6 +405,20 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
         .await
         .expect("creates are accepted again after a failed upgrade");
     assert!(!again.existed);
+}
+
+/// A script that answers the version probe like a newer agent but cannot read the state: the
+/// daemon accepts the order, cuts, then undoes the cut when the state check fails.
+pub(super) fn half_agent(home: &TestHome) -> PathBuf {
+    script(
+        home,
+        "half",
+        &format!(
+            "case $1 in handover-info) echo 'relay-agent 9.0.0 handover-state {}';; \
+             *) echo 'state unreadable here' >&2; exit 1;; esac",
+            states_read()
+        ),
+    )
 }
 
 /// What an app sees: a `Host` pane is interrupted by the upgrade and comes back by itself on
