@@ -91,7 +91,6 @@ async fn no_pty_id_is_given_out_twice_across_forgets_and_upgrades() {
     let e = session
         .attach(pane("b"), Some(given[2]), None)
         .await
-        .err()
-        .expect("a forgotten PTY cannot be attached");
+        .expect_err("a forgotten PTY cannot be attached");
     assert!(e.is_ended(), "{e}");
 }
