@@ -29,6 +29,10 @@ pub struct Config {
     /// normally comes at once; it waits this long only when a background process still holds
     /// the terminal, and output after `Exited` is kept in the ring but not forwarded.
     pub exit_output_grace: Duration,
+    /// How long a lossless consumer's hold outlives its connection (env
+    /// `RELAY_HOLD_GRACE_MS`, default 120 s): time for the client to reconnect and resume with
+    /// every byte; after it the PTY is read on and the hold released (see [`crate::hold`]).
+    pub hold_grace: Duration,
     /// Input bytes queued for one PTY before `Input` is refused with `LimitExceeded`.
     pub max_pending_input: usize,
     /// Pushes/replies queued per connection before producers wait.
@@ -63,6 +67,7 @@ impl Default for Config {
             max_ended: DEFAULT_MAX_ENDED,
             kill_grace: Duration::from_secs(3),
             exit_output_grace: Duration::from_millis(500),
+            hold_grace: Duration::from_secs(120),
             max_pending_input: 4 * 1024 * 1024,
             connection_queue: 64,
             scrollback_lines: Some(crate::screen::DEFAULT_SCROLLBACK_LINES),
@@ -90,6 +95,9 @@ impl Config {
         }
         if let Some(ms) = number("RELAY_EXIT_OUTPUT_GRACE_MS")? {
             c.exit_output_grace = Duration::from_millis(ms);
+        }
+        if let Some(ms) = number("RELAY_HOLD_GRACE_MS")? {
+            c.hold_grace = Duration::from_millis(ms);
         }
         if let Some(ms) = number("RELAY_KILL_GRACE_MS")? {
             c.kill_grace = Duration::from_millis(ms);

@@ -142,7 +142,9 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
         credit,
         lifecycle,
     };
-    let mut session = Session::new(state, out.clone(), terms);
+    // A client id only names the peer's holds (see `crate::hold`): 256 bytes tell clients apart.
+    let client = hello.client_id.chars().take(256).collect();
+    let mut session = Session::new(state, out.clone(), terms, client);
     let reason = tokio::select! {
         _ = cancel.cancelled() => "daemon shutting down".to_string(),
         reason = read_loop(&mut frames, &mut session, &out) => reason,

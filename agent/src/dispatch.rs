@@ -29,6 +29,7 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         }
         Request::Attach(a) => session.attach(a).map(Response::Attached),
         Request::AttachScreen(a) => session.attach_screen(a).map(Response::ScreenAttached),
+        Request::AttachLossless(a) => session.attach_lossless(a).map(Response::Attached),
         Request::Input(i) => state.input(i).map(done),
         Request::InputSeq(i) => state.input_seq(i).map(done),
         // A resize first parses the output the model has not seen (at most a ring).
@@ -50,6 +51,10 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
             return None;
         }
         Request::OpenScreen(o) => match session.open_screen(id, o) {
+            Ok(()) => return None,
+            Err(e) => Err(e),
+        },
+        Request::OpenLossless(o) => match session.open_lossless(id, o) {
             Ok(()) => return None,
             Err(e) => Err(e),
         },

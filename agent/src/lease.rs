@@ -202,8 +202,7 @@ impl LeaseTable {
         self.counter
     }
 
-    /// Never mints a counter up to `counter` again: what a live upgrade hands over, since the
-    /// journal forgets the ids of forgotten leases.
+    /// Never mints up to `counter` again (handed over by a live upgrade: see `AddedIn2`).
     pub fn minted_through(&mut self, counter: u64) {
         self.counter = self.counter.max(counter);
     }
@@ -235,9 +234,8 @@ impl LeaseTable {
     pub fn insert(&mut self, lease: Lease) -> Result<(), ErrorReply> {
         let pty = lease.binding.pty;
         if self.index.contains_key(&pty) {
-            return Err(ErrorReply::Internal {
-                message: format!("PTY {pty} is already recorded"),
-            });
+            let message = format!("PTY {pty} is already recorded");
+            return Err(ErrorReply::Internal { message });
         }
         if lease.is_live() {
             if let Some(live) = self.live(&lease.binding.pane) {

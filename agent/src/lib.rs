@@ -18,6 +18,8 @@
 //! - [`ring`]: replay ring with absolute offsets;
 //! - [`lease`]: lease table, PTY id minting, binding checks (rules B, C, D);
 //! - [`credit`]: per-subscription credit window;
+//! - [`hold`]: lossless consumers' holds, which keep the ring from dropping bytes they have not
+//!   acknowledged (the PTY is read no further instead);
 //! - [`input_seq`]: per-PTY last applied seq of each input writer (`InputSeq` written once);
 //! - [`lifecycle`]: the cleanup policy as one pure function of observed facts, and the per-lease
 //!   timers that only trigger its re-check;
@@ -59,6 +61,7 @@ pub mod credit;
 pub mod daemon;
 pub mod dispatch;
 pub mod handover;
+pub mod hold;
 pub mod inbound;
 pub mod input_seq;
 pub mod journal;

@@ -32,6 +32,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::counters::CounterNote;
+use crate::hold::HoldGate;
 use crate::input_seq::{Applied, WriterTable};
 use crate::pty_io;
 use crate::ring::Ring;
@@ -104,6 +105,8 @@ pub struct Pty {
     /// Held by the reader around each read and by the writer around each write; a live upgrade
     /// takes it once after pausing IO to know that neither touches the master any more.
     io_gate: Arc<Mutex<()>>,
+    /// Lossless consumers' holds: the reader never drops a byte they have not acknowledged.
+    holds: Arc<HoldGate>,
 }
 
 /// A PTY whose waiter is not started yet (the daemon first records the lease).
@@ -139,6 +142,8 @@ pub struct PtyParts {
     pub superseded: bool,
     /// Last `InputSeq` seq applied per writer.
     pub input_seq: WriterTable,
+    /// Lossless consumers' holds (empty for a new PTY; carried by a handover).
+    pub holds: Arc<HoldGate>,
 }
 
 impl Pty {
@@ -199,6 +204,7 @@ impl Pty {
             last_input_ms: 0,
             superseded: false,
             input_seq: WriterTable::new(),
+            holds: HoldGate::new(),
         };
         let mut spawned = Pty::assemble(parts, counters).map_err(|e| {
             let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
@@ -229,6 +235,7 @@ impl Pty {
             last_input_ms,
             superseded,
             input_seq,
+            holds,
         } = parts;
         tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
         pty_io::set_nonblocking(master.as_fd(), true)?;
@@ -264,6 +271,7 @@ impl Pty {
             screen,
             counters,
             io_gate: Arc::new(Mutex::new(())),
+            holds,
         });
         pty.start_reader(eof_tx);
         pty.start_writer(input_rx);
@@ -292,6 +300,11 @@ impl Pty {
     /// The terminal model, unless the daemon runs with it off.
     pub fn screen(&self) -> Option<&Arc<PtyScreen>> {
         self.screen.as_ref().map(|f| &f.screen)
+    }
+
+    /// The holds of lossless consumers on this PTY's output (see [`crate::hold`]).
+    pub fn holds(&self) -> &Arc<HoldGate> {
+        &self.holds
     }
 
     /// A receiver of output/exit progress.

@@ -78,6 +78,9 @@ impl Pty {
         if self.killing.swap(true, Ordering::AcqRel) {
             return Some(outcome);
         }
+        // An end is asked for: nothing waits for a lossless consumer any more (what it has not
+        // read is then lost and reported to it as a gap), so the exit is seen within the grace.
+        self.holds.release_all();
         if !self.signal_group_if_ours(Signal::SIGHUP) {
             self.killing.store(false, Ordering::Release);
             return None;

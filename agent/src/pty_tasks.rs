@@ -13,6 +13,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Pty, Spawned};
+use crate::hold;
 use crate::pty_io;
 use crate::screen::worker;
 
@@ -38,10 +39,12 @@ impl Pty {
         let screen = self.screen.clone();
         let counters = Arc::clone(&self.counters);
         let binding = self.binding.clone();
+        let holds = Arc::clone(&self.holds);
         tokio::spawn(async move {
             // Dropped on return at the end of output: tells the waiter that output is finished.
             let _eof = eof;
             let mut paused = pty_io::paused();
+            let mut floor = holds.watch_floor();
             // This task is the ring's only writer: it knows the end without locking.
             let (capacity, mut end) = {
                 let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
@@ -50,6 +53,19 @@ impl Pty {
             loop {
                 if pty_io::wait_unpaused(&mut paused).await.is_err() {
                     return;
+                }
+                // A lossless consumer has not acknowledged a whole ring: read nothing (the
+                // program blocks on its writes) until it does or its hold ends.
+                let held = hold::room(*floor.borrow_and_update(), end, capacity) == 0;
+                holds.set_held_back(held);
+                if held {
+                    tokio::select! {
+                        biased;
+                        _ = paused.changed() => {}
+                        // The gate lives as long as this task: its sender cannot be gone.
+                        _ = floor.changed() => {}
+                    }
+                    continue;
                 }
                 let mut ready = tokio::select! {
                     biased;
@@ -67,10 +83,15 @@ impl Pty {
                     if *paused.borrow() {
                         continue;
                     }
+                    // Held bytes are never dropped, also when a hold began since the check.
+                    let room = hold::room(*floor.borrow(), end, capacity).min(READ_CHUNK);
+                    if room == 0 {
+                        continue;
+                    }
                     ready.try_io(|fd| {
                         READ_BUF.with(|buf| {
                             let mut buf = buf.borrow_mut();
-                            let read = pty_io::read(fd.get_ref().as_fd(), &mut buf)?;
+                            let read = pty_io::read(fd.get_ref().as_fd(), &mut buf[..room])?;
                             if let pty_io::Read::Data(n) = read {
                                 if let Some(feed) = &screen {
                                     // Parsing is CPU work: off the runtime's worker while it
@@ -187,8 +208,13 @@ impl Spawned {
                     }
                 }
             };
-            // Output finished (reader EOF: its sender dropped) or the grace passed.
-            let _ = tokio::time::timeout(output_grace, eof).await;
+            // Output finished (reader EOF: its sender dropped) or the grace passed — time the
+            // reader spends waiting for a lossless consumer does not count: that output is not
+            // finished, and it is delivered before `Exited`.
+            let mut eof = eof;
+            while tokio::time::timeout(output_grace, &mut eof).await.is_err()
+                && pty.holds.is_held_back()
+            {}
             let _ = tokio::task::spawn_blocking(move || {
                 // Events up to the exit are recorded before `Exited` can go out.
                 if let Some(feed) = &pty.screen {

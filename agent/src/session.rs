@@ -19,6 +19,7 @@ use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response, Resume};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::hold::Hold;
 use crate::lifecycle::{policy, LeasePolicy};
 use crate::limits;
 use crate::state::{Attachment, State};
@@ -33,14 +34,16 @@ struct Staged {
     attachment: Attachment,
     start: Start,
     mode: Mode,
+    /// A lossless subscription's hold, taken when its start was decided.
+    hold: Option<Hold>,
 }
 
 /// A finished `Open` or `OpenScreen` on its way back to the read loop.
 pub struct OpenDone {
     id: u64,
     resume: Resume,
-    /// `Some` for `OpenScreen`.
-    screen: Option<Mode>,
+    /// `Bytes` for `Open`, `Lossless` for `OpenLossless`, `Screen` for `OpenScreen`.
+    mode: Mode,
     /// The attachment `Open` took; [`Session::finish_open`] hands it to a subscription, and
     /// dropped any other way (the connection closed first) it detaches.
     result: Result<(Created, Attachment), ErrorReply>,
@@ -72,13 +75,16 @@ pub struct Session {
     /// The cleanup policy this connection stated (`SetPolicy`); `None`: the PTYs it creates are
     /// never ended by a timer.
     policy: Option<LeasePolicy>,
+    /// The client id of the peer's `Hello`: its lossless holds are its own across connections.
+    client: String,
 }
 
 impl Session {
-    /// A session sending on `out` within `terms`.
-    pub fn new(state: State, out: mpsc::Sender<Message>, terms: PeerTerms) -> Self {
+    /// A session of the peer `client` (its `Hello` client id) sending on `out` within `terms`.
+    pub fn new(state: State, out: mpsc::Sender<Message>, terms: PeerTerms, client: String) -> Self {
         let (opened_tx, opened_rx) = mpsc::channel(OPENED_QUEUE);
         Session {
+            client,
             state,
             out,
             terms,
@@ -137,14 +143,40 @@ impl Session {
     /// `NotFound`, `Ended`, `Mismatch`; `BadRequest` for a `resume_from` beyond the output end or
     /// a malformed pane key, `LimitExceeded` for an oversized one.
     pub fn attach(&mut self, req: Attach) -> Result<Attached, ErrorReply> {
+        self.attach_as(req, Mode::Bytes)
+    }
+
+    /// `AttachLossless` (capability `lossless`): an attach whose subscription holds the PTY
+    /// (see [`crate::hold`]) instead of letting its ring drop bytes this peer has not
+    /// acknowledged.
+    ///
+    /// # Errors
+    /// As [`Session::attach`]; `BadRequest` for a peer without the `credit` capability (it
+    /// never acknowledges, so it would hold the PTY for good).
+    pub fn attach_lossless(&mut self, req: Attach) -> Result<Attached, ErrorReply> {
+        self.require_credit()?;
+        self.attach_as(req, Mode::Lossless)
+    }
+
+    fn attach_as(&mut self, req: Attach, mode: Mode) -> Result<Attached, ErrorReply> {
         limits::check_pane(&req.pane)?;
         let attachment = self
             .state
             .attach(&req.pane, req.expect)
             .or_else(|e| self.state.attach_ended(req.expect, req.resume_from, e))?;
-        let (attached, _) =
-            self.subscribe(attachment, legacy_resume(req.resume_from), Mode::Bytes)?;
+        let (attached, _) = self.subscribe(attachment, legacy_resume(req.resume_from), mode)?;
         Ok(attached)
+    }
+
+    fn require_credit(&self) -> Result<(), ErrorReply> {
+        if self.terms.credit {
+            return Ok(());
+        }
+        Err(ErrorReply::BadRequest {
+            message: "lossless delivery needs the `credit` capability: without acks the PTY \
+                      would be held for good; list `credit` in Hello"
+                .into(),
+        })
     }
 
     /// `AttachScreen` (capability `screen`): attach whose start may be a snapshot, and whose
@@ -186,7 +218,22 @@ impl Session {
             pane: req.pane,
             spec: req.spec,
         };
-        self.start_open(id, create, legacy_resume(req.resume_from), None);
+        self.start_open(id, create, legacy_resume(req.resume_from), Mode::Bytes);
+    }
+
+    /// Starts an `OpenLossless` like [`Session::open`]; its subscription holds the PTY as
+    /// [`Session::attach_lossless`] describes.
+    ///
+    /// # Errors
+    /// As [`Session::attach_lossless`] (nothing is spawned).
+    pub fn open_lossless(&self, id: u64, req: Open) -> Result<(), ErrorReply> {
+        self.require_credit()?;
+        let create = Create {
+            pane: req.pane,
+            spec: req.spec,
+        };
+        self.start_open(id, create, legacy_resume(req.resume_from), Mode::Lossless);
+        Ok(())
     }
 
     /// Starts an `OpenScreen` like [`Session::open`]; its reply is `ScreenOpened`.
@@ -202,11 +249,11 @@ impl Session {
         let mode = Mode::Screen {
             events_after: req.events_after,
         };
-        self.start_open(id, create, req.resume, Some(mode));
+        self.start_open(id, create, req.resume, mode);
         Ok(())
     }
 
-    fn start_open(&self, id: u64, create: Create, resume: Resume, screen: Option<Mode>) {
+    fn start_open(&self, id: u64, create: Create, resume: Resume, mode: Mode) {
         let state = self.state.clone();
         let done = self.opened_tx.clone();
         let policy = self.policy;
@@ -215,7 +262,7 @@ impl Session {
             let finished = OpenDone {
                 id,
                 resume,
-                screen,
+                mode,
                 result,
             };
             // Fails only when the session is gone; dropping `finished` detaches.
@@ -232,17 +279,19 @@ impl Session {
     /// Subscribes a finished `Open` like an attach; returns its request id and reply. Call
     /// [`Session::start_staged`] after queuing the reply.
     pub fn finish_open(&mut self, done: OpenDone) -> (u64, Response) {
-        let mode = done.screen.unwrap_or(Mode::Bytes);
+        let mode = done.mode;
         let reply = match done.result {
             Ok((created, attachment)) => {
                 self.subscribe(attachment, done.resume, mode)
-                    .map(|(attached, snapshot)| match done.screen {
-                        Some(_) => Response::ScreenOpened(ScreenOpened {
+                    .map(|(attached, snapshot)| match mode {
+                        Mode::Screen { .. } => Response::ScreenOpened(ScreenOpened {
                             created,
                             attached,
                             snapshot,
                         }),
-                        None => Response::Opened(Opened { created, attached }),
+                        Mode::Bytes | Mode::Lossless => {
+                            Response::Opened(Opened { created, attached })
+                        }
                     })
             }
             Err(e) => Err(e),
@@ -318,10 +367,17 @@ impl Session {
             size,
         };
         let snapshot = matches!(first, Start::Snapshot(_));
+        // Held from the first byte it will send: taken now, before the reply goes out, so the
+        // reader already leaves those bytes in the ring.
+        let hold = (mode == Mode::Lossless).then(|| {
+            let grace = self.state.config().hold_grace;
+            pty.holds().hold(&self.client, first.offset(), grace)
+        });
         self.staged.push(Staged {
             attachment,
             start: first,
             mode,
+            hold,
         });
         Ok((attached, snapshot))
     }
@@ -338,6 +394,7 @@ impl Session {
                 window,
                 self.terms.chunk,
                 self.out.clone(),
+                s.hold,
             );
             // Two stagings of one PTY in one request cannot happen; the replaced one detaches.
             self.subs.insert(id, sub);
@@ -367,7 +424,9 @@ impl Session {
     /// `NotFound`, `Ended`, `Mismatch`.
     pub fn detach(&mut self, req: Detach) -> Result<(), ErrorReply> {
         self.state.fenced(&req.binding)?;
-        self.subs.remove(&req.binding.pty);
+        if let Some(mut sub) = self.subs.remove(&req.binding.pty) {
+            sub.release_hold();
+        }
         Ok(())
     }
 

@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::credit::Credit;
+use crate::hold::Hold;
 use crate::pty::Pty;
 use crate::ring::ReadFrom;
 use crate::screen::TakenSnapshot;
@@ -49,11 +50,14 @@ impl Start {
     }
 }
 
-/// What kind of subscription: the base protocol's, or a screen one.
+/// What kind of subscription: the base protocol's, a lossless one, or a screen one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Gaps are reported as `OutputGap`; no events.
     Bytes,
+    /// As `Bytes`, and the subscription holds the PTY (see [`crate::hold`]): its ring never
+    /// drops a byte this consumer has not acknowledged, so a gap can only precede the attach.
+    Lossless,
     /// Gaps become snapshots; events with a key above `events_after` are forwarded.
     Screen {
         /// Key of the last event the client already has.
@@ -70,6 +74,8 @@ pub struct Subscription {
     acks: watch::Sender<u64>,
     /// Offset up to which output was handed to the connection (or skipped as a gap).
     sent: Arc<AtomicU64>,
+    /// A lossless subscription's hold on the PTY, moved by its acks.
+    hold: Option<Hold>,
 }
 
 impl Subscription {
@@ -85,7 +91,8 @@ impl Subscription {
 
     /// Starts forwarding the attached PTY's output from `start` into `out`, in chunks of at most `chunk`
     /// bytes, with a credit window of `window` bytes (`None`: the peer does not send acks, so no
-    /// window applies).
+    /// window applies). `hold` is a lossless subscription's hold, taken when its start offset
+    /// was decided.
     pub fn start(
         attachment: Attachment,
         start: Start,
@@ -93,6 +100,7 @@ impl Subscription {
         window: Option<u32>,
         chunk: usize,
         out: mpsc::Sender<Message>,
+        hold: Option<Hold>,
     ) -> Self {
         let first = start.offset();
         let (acks, acks_rx) = watch::channel(first);
@@ -116,6 +124,7 @@ impl Subscription {
             attachment,
             acks,
             sent,
+            hold,
         }
     }
 
@@ -123,13 +132,23 @@ impl Subscription {
     /// the current ack.
     pub fn ack(&self, offset: u64) {
         let offset = offset.min(self.sent.load(Ordering::Acquire));
-        self.acks.send_if_modified(|acked| {
+        let newer = self.acks.send_if_modified(|acked| {
             let newer = offset > *acked;
             if newer {
                 *acked = offset;
             }
             newer
         });
+        if let (true, Some(hold)) = (newer, &self.hold) {
+            hold.advance(offset);
+        }
+    }
+
+    /// The consumer detached: a lossless subscription's hold ends now instead of lapsing later.
+    pub fn release_hold(&mut self) {
+        if let Some(hold) = self.hold.take() {
+            hold.release();
+        }
     }
 }
 

@@ -24,8 +24,9 @@ pub const PROTOCOL_MAJOR: u16 = 1;
 /// snapshots and typed events (capability [`Capability::SCREEN`]); 1.4 added the lifecycle ops
 /// `SetPolicy`, `Inspect`, `End`, `Replace`, `Forget` (capability [`Capability::LIFECYCLE`]);
 /// 1.5 added live upgrade, `UpgradeInfo`/`Upgrade` and `ErrorReply::UpgradeRefused`
-/// (capability [`Capability::UPGRADE`]).
-pub const PROTOCOL_MINOR: u16 = 5;
+/// (capability [`Capability::UPGRADE`]); 1.6 added lossless delivery, `OpenLossless`/
+/// `AttachLossless` (capability [`Capability::LOSSLESS`]).
+pub const PROTOCOL_MINOR: u16 = 6;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -56,6 +57,10 @@ impl Capability {
     pub const LIFECYCLE: &'static str = "lifecycle";
     /// Live upgrade: `UpgradeInfo`, `Upgrade` (protocol 1.5).
     pub const UPGRADE: &'static str = "upgrade";
+    /// Lossless delivery: `OpenLossless`, `AttachLossless` — the agent reads the PTY no further
+    /// than its ring can hold without dropping a byte the subscriber has not acknowledged
+    /// (protocol 1.6).
+    pub const LOSSLESS: &'static str = "lossless";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
@@ -69,6 +74,7 @@ impl Capability {
             Self::SCREEN,
             Self::LIFECYCLE,
             Self::UPGRADE,
+            Self::LOSSLESS,
         ]
         .into_iter()
         .map(|c| Capability(c.to_string()))

@@ -303,6 +303,17 @@ fn upgrade_is_advertised_from_minor_5() {
 }
 
 #[test]
+fn lossless_is_advertised_from_minor_6() {
+    use relay_protocol::{Capability, PROTOCOL_MINOR};
+    // Lossless delivery came with protocol 1.6, gated by "lossless".
+    const { assert!(PROTOCOL_MINOR >= 6, "OpenLossless needs minor 6") };
+    assert_eq!(Capability::LOSSLESS, "lossless");
+    assert!(Capability::all().contains(&Capability(Capability::LOSSLESS.into())));
+    assert_eq!(Op::from_code(0x0026), Some(Op::OpenLossless));
+    assert_eq!(Op::from_code(0x0027), Some(Op::AttachLossless));
+}
+
+#[test]
 fn lifecycle_is_advertised_from_minor_4() {
     use relay_protocol::{Capability, PROTOCOL_MINOR};
     // The lifecycle ops and `EndReason::Forgotten` came with protocol 1.4, gated by "lifecycle".

@@ -34,7 +34,8 @@ use crate::input_seq::WriterTable;
 ///
 /// - 1: the [`Handover`] body.
 /// - 2: then [`AddedIn2`] (the highest PTY counter minted), as a second postcard value.
-pub const STATE_VERSION: u32 = 2;
+/// - 3: then [`AddedIn3`] (lossless consumers' holds), as a third.
+pub const STATE_VERSION: u32 = 3;
 /// Oldest state format this build reads (a newer binary keeps reading older formats it knows).
 pub const OLDEST_READABLE: u32 = 1;
 
@@ -62,6 +63,9 @@ pub struct Handover {
     /// Encoded after the body (see [`STATE_VERSION`]), so a version-1 body reads unchanged.
     #[serde(skip)]
     pub added_in_2: Option<AddedIn2>,
+    /// What state version 3 added; `None` in an older state.
+    #[serde(skip)]
+    pub added_in_3: Option<AddedIn3>,
 }
 
 /// The fields state version 2 appended to a [`Handover`].
@@ -71,6 +75,15 @@ pub struct AddedIn2 {
     /// leases with the highest ids were forgotten and the journal rewritten without them, and a
     /// PTY id is never given out twice (DESIGN §2), so the new code mints above this.
     pub last_counter: u64,
+}
+
+/// The fields state version 3 appended to a [`Handover`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddedIn3 {
+    /// Lossless consumers' holds per PTY, `(client id, floor offset)` (see [`crate::hold`]):
+    /// the new code holds those bytes until the clients re-attach or the holds lapse, so a
+    /// piped command loses nothing to an upgrade.
+    pub holds: Vec<(PtyId, Vec<(String, u64)>)>,
 }
 
 /// One running PTY.
@@ -151,6 +164,8 @@ pub fn encode(h: &Handover) -> Vec<u8> {
     out.extend_from_slice(&postcard::to_allocvec(h).unwrap_or_default());
     let added = h.added_in_2.unwrap_or(AddedIn2 { last_counter: 0 });
     out.extend_from_slice(&postcard::to_allocvec(&added).unwrap_or_default());
+    let added = h.added_in_3.clone().unwrap_or_default();
+    out.extend_from_slice(&postcard::to_allocvec(&added).unwrap_or_default());
     out
 }
 
@@ -168,7 +183,11 @@ pub fn decode(bytes: &[u8]) -> Result<Handover, StateError> {
     }
     let (mut handover, rest): (Handover, _) = postcard::take_from_bytes(body)?;
     if found >= 2 {
-        handover.added_in_2 = Some(postcard::from_bytes(rest)?);
+        let (added, rest) = postcard::take_from_bytes(rest)?;
+        handover.added_in_2 = Some(added);
+        if found >= 3 {
+            handover.added_in_3 = Some(postcard::take_from_bytes(rest)?.0);
+        }
     }
     Ok(handover)
 }
@@ -199,6 +218,15 @@ mod tests {
             ptys: vec![],
             since_ms: vec![],
             added_in_2: Some(AddedIn2 { last_counter: 42 }),
+            added_in_3: Some(AddedIn3 {
+                holds: vec![(
+                    PtyId {
+                        incarnation: Incarnation(7),
+                        counter: 3,
+                    },
+                    vec![("relay-cli/9".into(), 4096)],
+                )],
+            }),
         }
     }
 
@@ -208,6 +236,7 @@ mod tests {
         assert_eq!(back.incarnation, Incarnation(7));
         assert_eq!((back.listener_fd, back.lock_fd), (3, 4));
         assert_eq!(back.added_in_2, Some(AddedIn2 { last_counter: 42 }));
+        assert_eq!(back.added_in_3, sample().added_in_3);
     }
 
     /// A version-1 state (an older agent handing over to this one) is its body alone: it reads,
@@ -223,6 +252,11 @@ mod tests {
         // A version-2 state without its addition is damaged, not silently counter-less.
         bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
         assert!(matches!(decode(&bytes), Err(StateError::Body(_))));
+        // A version-2 state (this agent's previous format) reads without holds.
+        bytes.extend_from_slice(&postcard::to_allocvec(&AddedIn2 { last_counter: 5 }).unwrap());
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.added_in_2, Some(AddedIn2 { last_counter: 5 }));
+        assert_eq!(back.added_in_3, None);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! waits (bounded) until nothing is in flight: no create, no end, no input queued but unwritten.
 //! If anything fails before `execve` succeeds, the readers start again and everything resumes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::counters::CounterNote;
 use crate::handover::version::{self, Version};
 use crate::handover::{self as format, probe, HandedPty, Handover};
+use crate::hold::HoldGate;
 use crate::journal;
 use crate::lease::{LeaseTable, Phase};
 use crate::paths::Paths;
@@ -359,6 +360,13 @@ impl State {
             ptys: ptys.iter().map(|p| p.parts_for_handover()).collect(),
             since_ms,
             added_in_2: Some(format::AddedIn2 { last_counter }),
+            added_in_3: Some(format::AddedIn3 {
+                holds: ptys
+                    .iter()
+                    .map(|p| (p.binding().pty, p.holds().held()))
+                    .filter(|(_, held)| !held.is_empty())
+                    .collect(),
+            }),
         };
         let bytes = format::encode(&handover);
         let run_dir = self.inner.upgrade.paths.get().map(Paths::run_dir);
@@ -479,14 +487,19 @@ impl State {
             records = report.records,
             "resumed after a live upgrade"
         );
+        let mut holds: HashMap<PtyId, Vec<(String, u64)>> = handover
+            .added_in_3
+            .map(|a| a.holds.into_iter().collect())
+            .unwrap_or_default();
         for handed in handover.ptys {
-            state.adopt(handed);
+            let held = holds.remove(&handed.binding.pty).unwrap_or_default();
+            state.adopt(handed, held);
         }
         Ok(state)
     }
 
     /// Serves a handed-over PTY like one spawned here.
-    fn adopt(&self, h: HandedPty) {
+    fn adopt(&self, h: HandedPty, held: Vec<(String, u64)>) {
         let pty_id = h.binding.pty;
         // Safety: the descriptor number came from the old code, which kept it open for us;
         // nothing else in this process owns it.
@@ -505,6 +518,7 @@ impl State {
             last_input_ms: h.last_input_ms,
             superseded: h.superseded,
             input_seq: h.input_seq,
+            holds: HoldGate::resumed(held, self.inner.config.hold_grace),
         };
         let counters = Arc::new(CounterNote::new(pty_id, self.inner.counters.clone()));
         let spawned = match Pty::assemble(parts, counters) {

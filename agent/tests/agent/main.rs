@@ -13,6 +13,7 @@ mod input_seq;
 mod lifecycle;
 mod limits;
 mod logs;
+mod lossless;
 mod malformed;
 mod nofile;
 mod open;

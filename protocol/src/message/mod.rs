@@ -72,6 +72,8 @@ ops! {
     Forget = 0x0023,
     UpgradeInfo = 0x0024,
     Upgrade = 0x0025,
+    OpenLossless = 0x0026,
+    AttachLossless = 0x0027,
     Done = 0x8000,
     Welcome = 0x8001,
     Pong = 0x8002,
@@ -158,6 +160,8 @@ message_enum! {
         Forget(Forget),
         UpgradeInfo(UpgradeInfo),
         Upgrade(Upgrade),
+        OpenLossless(Open),
+        AttachLossless(Attach),
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod errors;
 mod lifecycle;
+mod lossless;
 mod pushes;
 mod responses;
 mod upgrade;
@@ -411,6 +412,7 @@ pub fn cases() -> Vec<Golden> {
     .chain(errors::error_cases())
     .chain(lifecycle::lifecycle_cases())
     .chain(upgrade::upgrade_cases())
+    .chain(lossless::lossless_cases())
     .chain(pushes::push_cases())
     .collect()
 }
