@@ -9,6 +9,8 @@
 mod host;
 #[path = "local/liveness.rs"]
 mod liveness;
+#[path = "local/lossless.rs"]
+mod lossless;
 #[path = "local/messages.rs"]
 mod messages;
 #[path = "local/piped_run.rs"]

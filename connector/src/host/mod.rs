@@ -78,7 +78,7 @@ use crate::pane::{PaneHandle, PaneSink};
 use crate::session::{attached_of, opened_of, unexpected, ConnectOptions, Route, RouteStart};
 use crate::transport::Transport;
 use crate::{Error, Session};
-use panes::{HostLink, Live, Registry};
+use panes::{Delivery, HostLink, Live, Registry};
 
 /// Settings of a [`Host`].
 #[derive(Debug, Clone)]
@@ -288,17 +288,41 @@ impl Host {
         spec: SpawnSpec,
         resume: Resume,
     ) -> Result<(relay_protocol::message::Created, PaneHandle), Error> {
-        let session = self.session().await?;
-        let Some(req) = session.open_request(pane.clone(), spec.clone(), resume, 0) else {
-            let created = session.create(pane.clone(), spec).await?;
-            let handle = self
-                .attach_pane(pane, Some(created.binding.pty), resume)
-                .await?;
-            return Ok((created, handle));
-        };
-        let (resp, pane) = self.subscribe(&session, req).await?;
-        let (created, attached, snapshot) = opened_of(resp).map_err(|op| unexpected("open", op))?;
-        Ok((created, self.handle(pane, attached, snapshot)))
+        self.open_as(pane, spec, resume, Delivery::Screen).await
+    }
+
+    /// Creates-or-attaches `pane` like [`Host::open_pane`] with lossless delivery (see
+    /// [`Session::open_lossless`]): every byte from `resume_from` in order, never a snapshot;
+    /// the agent holds the program back rather than drop what the app has not consumed, also
+    /// across a reconnect (the re-attach is lossless too, from the next byte the app needs).
+    /// For output that goes to a file, a pipe or a recorder.
+    ///
+    /// # Errors
+    /// As [`Host::open_pane`].
+    pub async fn open_pane_lossless(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume_from: u64,
+    ) -> Result<(relay_protocol::message::Created, PaneHandle), Error> {
+        let resume = Resume::From(resume_from);
+        self.open_as(pane, spec, resume, Delivery::Lossless).await
+    }
+
+    /// Attaches to `pane`'s PTY like [`Host::attach_pane`] with the lossless delivery of
+    /// [`Host::open_pane_lossless`]. Never spawns (rule B).
+    ///
+    /// # Errors
+    /// As [`Host::attach_pane`].
+    pub async fn attach_pane_lossless(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume_from: u64,
+    ) -> Result<PaneHandle, Error> {
+        let resume = Resume::From(resume_from);
+        self.attach_as(pane, expect, resume, Delivery::Lossless)
+            .await
     }
 
     /// Attaches to `pane`'s PTY on the live connection, waiting for one. Never spawns (rule B).
@@ -313,11 +337,42 @@ impl Host {
         expect: Option<PtyId>,
         resume: Resume,
     ) -> Result<PaneHandle, Error> {
+        self.attach_as(pane, expect, resume, Delivery::Screen).await
+    }
+
+    /// [`Host::open_pane`] or [`Host::open_pane_lossless`], as `delivery` says.
+    async fn open_as(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume: Resume,
+        delivery: Delivery,
+    ) -> Result<(relay_protocol::message::Created, PaneHandle), Error> {
         let session = self.session().await?;
-        let req = session.attach_request(pane, expect, resume, 0);
-        let (resp, pane) = self.subscribe(&session, req).await?;
+        let Some(req) = delivery.open_request(&session, pane.clone(), spec.clone(), resume) else {
+            let created = session.create(pane.clone(), spec).await?;
+            let expect = Some(created.binding.pty);
+            let handle = self.attach_as(pane, expect, resume, delivery).await?;
+            return Ok((created, handle));
+        };
+        let (resp, new) = self.subscribe(&session, req).await?;
+        let (created, attached, snapshot) = opened_of(resp).map_err(|op| unexpected("open", op))?;
+        Ok((created, self.handle(new, attached, snapshot, delivery)))
+    }
+
+    /// [`Host::attach_pane`] or [`Host::attach_pane_lossless`], as `delivery` says.
+    async fn attach_as(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume: Resume,
+        delivery: Delivery,
+    ) -> Result<PaneHandle, Error> {
+        let session = self.session().await?;
+        let req = delivery.attach_request(&session, pane, expect, resume, 0);
+        let (resp, new) = self.subscribe(&session, req).await?;
         match attached_of(&resp) {
-            Some((a, snapshot)) => Ok(self.handle(pane, a.clone(), snapshot)),
+            Some((a, snapshot)) => Ok(self.handle(new, a.clone(), snapshot, delivery)),
             None => Err(unexpected("attach", resp.op())),
         }
     }
@@ -339,18 +394,20 @@ impl Host {
         Ok((resp, NewPane { sink, queue, live }))
     }
 
-    /// Registers a subscribed pane with the host and makes its handle.
+    /// Registers a subscribed pane with the host and makes its handle; `delivery` is how its
+    /// re-attaches ask for output.
     fn handle(
         &self,
         pane: NewPane,
         attached: relay_protocol::message::Attached,
         snapshot: bool,
+        delivery: Delivery,
     ) -> PaneHandle {
         let NewPane { sink, queue, live } = pane;
-        let (credit, window) = (live.session.credit(), live.session.window());
+        let (credit, window) = (live.session.credit(), live.session.ack_window());
         let binding = attached.binding.clone();
         let sink_id = sink.id;
-        let slot = PaneSlot::new(binding.clone(), sink, live);
+        let slot = PaneSlot::new(binding.clone(), sink, live, delivery);
         if self.inner.registry().register(slot) {
             // Its connection ended before the registration: re-attach on the next one.
             self.inner.reattach.notify_one();

@@ -10,11 +10,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use relay_protocol::{Binding, ErrorReply, PtyId, Resume, TermSize};
+use relay_protocol::{Binding, ErrorReply, PaneKey, PtyId, Request, Resume, SpawnSpec, TermSize};
 use tokio::sync::watch;
 
 use crate::pane::{PaneLink, PaneSink};
-use crate::session::{attached_of, Route, RouteStart};
+use crate::session::{attached_of, legacy_resume, Route, RouteStart};
 use crate::{Error, PaneEvent, Session};
 
 /// The live connection and its generation (a counter of connections of this host).
@@ -38,10 +38,55 @@ pub(crate) enum SlotLink {
     Gone(String),
 }
 
+/// How a pane's output is asked for, at first and on every re-attach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// For a terminal: what the agent no longer holds comes back as the screen (a snapshot).
+    Screen,
+    /// Every byte in order: the agent holds the PTY back instead (`AttachLossless`).
+    Lossless,
+}
+
+impl Delivery {
+    /// The attach request for this delivery and the agent behind `session`; a lossless one
+    /// resumes from `resume`'s offset (`Now`: the end; `Snapshot`: the oldest byte held).
+    pub(crate) fn attach_request(
+        self,
+        session: &Session,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume: Resume,
+        events_after: u64,
+    ) -> Request {
+        match self {
+            Delivery::Screen => session.attach_request(pane, expect, resume, events_after),
+            Delivery::Lossless => {
+                session.lossless_attach_request(pane, expect, legacy_resume(resume))
+            }
+        }
+    }
+
+    /// The open request for this delivery, `None` when the agent cannot open in one step
+    /// (create, then attach).
+    pub(crate) fn open_request(
+        self,
+        session: &Session,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume: Resume,
+    ) -> Option<Request> {
+        match self {
+            Delivery::Screen => session.open_request(pane, spec, resume, 0),
+            Delivery::Lossless => session.lossless_open_request(pane, spec, legacy_resume(resume)),
+        }
+    }
+}
+
 /// One pane of the host: its binding, its queue, and its link to the connection.
 pub(crate) struct PaneSlot {
     pub(crate) binding: Binding,
     pub(crate) sink: Arc<PaneSink>,
+    delivery: Delivery,
     link: watch::Sender<SlotLink>,
     /// The size the app asked for last; applied again after a re-attach when it differs.
     size: Mutex<Option<TermSize>>,
@@ -49,10 +94,16 @@ pub(crate) struct PaneSlot {
 
 impl PaneSlot {
     /// A slot attached on `live`.
-    pub(crate) fn new(binding: Binding, sink: Arc<PaneSink>, live: Live) -> Arc<PaneSlot> {
+    pub(crate) fn new(
+        binding: Binding,
+        sink: Arc<PaneSink>,
+        live: Live,
+        delivery: Delivery,
+    ) -> Arc<PaneSlot> {
         Arc::new(PaneSlot {
             binding,
             sink,
+            delivery,
             link: watch::Sender::new(SlotLink::Attached(live)),
             size: Mutex::new(None),
         })
@@ -237,9 +288,11 @@ pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, li
         return;
     }
     let session = &live.session;
-    // With the `screen` capability, bytes the agent no longer holds come back as a snapshot,
-    // and only events this stream has not delivered yet are sent.
-    let req = session.attach_request(
+    // A screen pane (with the `screen` capability) gets what the agent no longer holds as a
+    // snapshot, and only events its stream has not delivered yet; a lossless one is held from
+    // the next byte the app needs (the agent kept the hold while we were away).
+    let req = slot.delivery.attach_request(
+        session,
         slot.binding.pane.clone(),
         Some(slot.binding.pty),
         Resume::From(resume_from),

@@ -48,6 +48,7 @@ pub(crate) use reply::unexpected;
 use reply::{done, human_duration, op_name};
 pub(crate) use shared::{attached_of, opened_of, Route, RouteStart};
 use shared::{Pending, Shared};
+pub(crate) use subscribe::legacy_resume;
 
 /// Capacity of the writer's request queue, in messages.
 const REQUEST_QUEUE: usize = 256;
@@ -276,9 +277,19 @@ impl Session {
         self.inner.welcome.has(Capability::CREDIT)
     }
 
-    /// The agent's credit window per pane, in bytes.
+    /// The agent's credit window per pane, in bytes (what it may send beyond the last ack).
     pub(crate) fn window(&self) -> u64 {
         u64::from(self.inner.welcome.limits.window)
+    }
+
+    /// How much a pane's handle may consume before it must ack, in bytes: the credit window, at
+    /// most the agent's replay ring — a lossless subscription holds its PTY at the last ack, so
+    /// the agent never has more than a ring to send beyond it.
+    pub(crate) fn ack_window(&self) -> u64 {
+        match self.inner.welcome.limits.replay_bytes {
+            0 => self.window(),
+            ring => self.window().min(ring),
+        }
     }
 
     /// Records that output of `pty` was consumed up to `offset` (the writer sends the ack).

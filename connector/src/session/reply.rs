@@ -18,8 +18,8 @@ pub(super) fn done(what: &str, resp: Response) -> Result<(), Error> {
 pub(super) fn op_name(req: &Request) -> &'static str {
     match req {
         Request::Create(_) => "create",
-        Request::Open(_) => "open",
-        Request::Attach(_) => "attach",
+        Request::Open(_) | Request::OpenLossless(_) => "open",
+        Request::Attach(_) | Request::AttachLossless(_) => "attach",
         Request::Input(_) => "input",
         Request::Resize(_) => "resize",
         Request::Signal(_) => "signal",

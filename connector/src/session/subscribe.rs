@@ -47,21 +47,7 @@ impl Session {
         spec: SpawnSpec,
         resume_from: Option<u64>,
     ) -> Result<(Created, PaneHandle), Error> {
-        if !self.inner.welcome.has(Capability::OPEN) {
-            let created = self.create(pane.clone(), spec).await?;
-            let handle = self
-                .attach(pane, Some(created.binding.pty), resume_from)
-                .await?;
-            return Ok((created, handle));
-        }
-        let req = Request::Open(Open {
-            pane,
-            spec,
-            resume_from,
-        });
-        let (resp, sub) = self.subscribe(req).await?;
-        let (created, attached, snapshot) = opened_of(resp).map_err(|op| unexpected("open", op))?;
-        Ok((created, sub.handle(self, attached, snapshot)))
+        self.open_bytes(pane, spec, resume_from, false).await
     }
 
     /// Attaches this connection to `pane`'s PTY. Never spawns (rule B).
@@ -79,12 +65,93 @@ impl Session {
         expect: Option<PtyId>,
         resume_from: Option<u64>,
     ) -> Result<PaneHandle, Error> {
+        self.attach_bytes(pane, expect, resume_from, false).await
+    }
+
+    /// Creates-or-attaches like [`Session::open`] with lossless delivery: the agent reads the
+    /// PTY no further than it can hold without dropping a byte this stream has not consumed
+    /// (the program then waits, as under `ssh` with a slow reader), so the stream carries every
+    /// byte from `resume_from` in order, never a snapshot. For output that goes to a file, a
+    /// pipe or a recorder. Bytes the agent no longer held when the subscription began come as a
+    /// [`PaneEvent::Gap`](crate::PaneEvent::Gap) first. With an agent that lacks the `lossless`
+    /// capability (protocol 1.6) this is [`Session::open`]: a slow reader then gets gaps.
+    ///
+    /// # Errors
+    /// As [`Session::open`].
+    pub async fn open_lossless(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume_from: Option<u64>,
+    ) -> Result<(Created, PaneHandle), Error> {
+        self.open_bytes(pane, spec, resume_from, true).await
+    }
+
+    /// Attaches like [`Session::attach`] with the lossless delivery of
+    /// [`Session::open_lossless`].
+    ///
+    /// # Errors
+    /// As [`Session::attach`].
+    pub async fn attach_lossless(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume_from: Option<u64>,
+    ) -> Result<PaneHandle, Error> {
+        self.attach_bytes(pane, expect, resume_from, true).await
+    }
+
+    /// [`Session::open`], or with `lossless` [`Session::open_lossless`].
+    async fn open_bytes(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume_from: Option<u64>,
+        lossless: bool,
+    ) -> Result<(Created, PaneHandle), Error> {
+        let req = if lossless {
+            self.lossless_open_request(pane.clone(), spec.clone(), resume_from)
+        } else {
+            let open = Open {
+                pane: pane.clone(),
+                spec: spec.clone(),
+                resume_from,
+            };
+            self.inner
+                .welcome
+                .has(Capability::OPEN)
+                .then_some(Request::Open(open))
+        };
+        let Some(req) = req else {
+            let created = self.create(pane.clone(), spec).await?;
+            let handle = self
+                .attach_bytes(pane, Some(created.binding.pty), resume_from, lossless)
+                .await?;
+            return Ok((created, handle));
+        };
+        let (resp, sub) = self.subscribe(req).await?;
+        let (created, attached, snapshot) = opened_of(resp).map_err(|op| unexpected("open", op))?;
+        Ok((created, sub.handle(self, attached, snapshot)))
+    }
+
+    /// [`Session::attach`], or with `lossless` [`Session::attach_lossless`].
+    async fn attach_bytes(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume_from: Option<u64>,
+        lossless: bool,
+    ) -> Result<PaneHandle, Error> {
         self.require(Capability::PTY, "attach")?;
-        let req = Request::Attach(Attach {
-            pane,
-            expect,
-            resume_from,
-        });
+        let req = if lossless {
+            self.lossless_attach_request(pane, expect, resume_from)
+        } else {
+            Request::Attach(Attach {
+                pane,
+                expect,
+                resume_from,
+            })
+        };
         match self.subscribe(req).await? {
             (Response::Attached(attached), sub) => Ok(sub.handle(self, attached, false)),
             (other, _) => Err(unexpected("attach", other.op())),
@@ -167,6 +234,47 @@ impl Session {
         })
     }
 
+    /// The lossless attach request for this agent: `AttachLossless`, or `Attach` without the
+    /// `lossless` capability (what a slow reader misses then comes as a gap, never a snapshot).
+    pub(crate) fn lossless_attach_request(
+        &self,
+        pane: PaneKey,
+        expect: Option<PtyId>,
+        resume_from: Option<u64>,
+    ) -> Request {
+        let body = Attach {
+            pane,
+            expect,
+            resume_from,
+        };
+        if self.inner.welcome.has(Capability::LOSSLESS) {
+            Request::AttachLossless(body)
+        } else {
+            Request::Attach(body)
+        }
+    }
+
+    /// The lossless open request for this agent (`OpenLossless`, or `Open` without the
+    /// `lossless` capability); `None` without the `open` capability (create, then attach).
+    pub(crate) fn lossless_open_request(
+        &self,
+        pane: PaneKey,
+        spec: SpawnSpec,
+        resume_from: Option<u64>,
+    ) -> Option<Request> {
+        let welcome = &self.inner.welcome;
+        let body = Open {
+            pane,
+            spec,
+            resume_from,
+        };
+        if welcome.has(Capability::LOSSLESS) {
+            Some(Request::OpenLossless(body))
+        } else {
+            welcome.has(Capability::OPEN).then_some(Request::Open(body))
+        }
+    }
+
     /// The open request for this agent (`OpenScreen`, or `Open` without the `screen`
     /// capability); `None` when the agent has no `open` capability (create, then attach).
     pub(crate) fn open_request(
@@ -241,7 +349,7 @@ impl NewPane {
             snapshot,
             self.queue,
             session.credit(),
-            session.window(),
+            session.ack_window(),
             Box::new(link),
         )
     }

@@ -277,6 +277,68 @@ fn rule_f_a_pane_that_is_not_acked_throttles_only_itself() {
     });
 }
 
+/// `lossless: true` (an app that records or logs a pane): a renderer that stops acking holds
+/// the program back at the agent instead of getting a snapshot later, and then receives every
+/// byte in order; the same command opened without it skips to a snapshot (the control).
+#[test]
+fn a_lossless_pane_gets_every_byte_through_the_sidecar() {
+    let home = TestHome::with_env(&[("RELAY_REPLAY_BYTES", "65536")]);
+    let mut app = sidecar(&home);
+    let host = open_local(&mut app);
+    let seq = "seq 1 500000";
+    let open_with = |app: &mut Sidecar, tab: &str, lossless: bool| {
+        app.call(
+            "pane.open",
+            json!({"host": host, "pane": pane("rec", tab), "command": ["sh", "-c", seq],
+                   "lossless": lossless}),
+        )
+        .unwrap()["binding"]
+            .clone()
+    };
+    let held = open_with(&mut app, "held", true);
+    let plain = open_with(&mut app, "plain", false);
+    // Nothing is acked for a while: each pane is sent up to the sidecar's window, then waits.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let want: Vec<u8> = (1..=500_000)
+        .flat_map(|i| format!("{i}\r\n").into_bytes())
+        .collect();
+    let (got, skips) = read_to_exit(&mut app, &held);
+    assert_eq!(skips, 0, "never a snapshot or a gap on a lossless pane");
+    assert!(
+        got == want,
+        "every byte in order ({} of {})",
+        got.len(),
+        want.len()
+    );
+    let (_, skips) = read_to_exit(&mut app, &plain);
+    assert!(skips > 0, "the control skipped output");
+}
+
+/// Reads `binding`'s stream to its exit, acking as it goes: the output bytes and the number of
+/// times output was skipped (a snapshot or a gap).
+fn read_to_exit(app: &mut Sidecar, binding: &Value) -> (Vec<u8>, usize) {
+    let pty = binding["pty"].as_str().unwrap().to_string();
+    let (mut got, mut skips) = (Vec::new(), 0);
+    loop {
+        let m = app.take(&format!("the stream of {pty}"), |m| {
+            m.get("id").is_none() && m["params"]["binding"]["pty"] == pty.as_str()
+        });
+        let p = &m["params"];
+        match m["method"].as_str().unwrap_or_default() {
+            "pane.output" => {
+                let data = relay_tests::sidecar::unb64(p["data"].as_str().unwrap());
+                let next = p["offset"].as_u64().unwrap() + data.len() as u64;
+                got.extend_from_slice(&data);
+                app.notify("pane.ack", json!({"binding": binding, "offset": next}));
+            }
+            "pane.snapshot" | "pane.gap" => skips += 1,
+            "pane.exited" => return (got, skips),
+            "pane.event" => {}
+            other => panic!("{other} on {pty}: {p}"),
+        }
+    }
+}
+
 /// The end offset of the output the sidecar sent for `pty` so far (the test never acked it).
 fn output_end(app: &mut Sidecar, pty: &str) -> u64 {
     // Give the pump time to run into the window, then read what came.

@@ -25,6 +25,7 @@ mod deploy;
 mod faults;
 mod fixture_faults;
 mod host_keys;
+mod lossless;
 mod older_hosts;
 mod peer;
 mod serve;

@@ -22,9 +22,26 @@ pub(crate) fn reattach(size: Option<TermSize>) -> Resume {
     }
 }
 
+/// Attaches to `pane`'s live shell (never creates): on a terminal from its screen (see
+/// [`reattach`]); into a file or pipe (`lossless`) losslessly from the oldest byte the agent
+/// holds, so every byte from then on arrives.
+pub(crate) async fn attach(
+    host: &Host,
+    pane: &PaneKey,
+    size: Option<TermSize>,
+    lossless: bool,
+) -> Result<PaneHandle, relay_connector::Error> {
+    if lossless {
+        host.attach_pane_lossless(pane.clone(), None, 0).await
+    } else {
+        host.attach_pane(pane.clone(), None, reattach(size)).await
+    }
+}
+
 /// `relay shell`: the pane's live shell, or a new one. Without a command the pane is attached
 /// first, so that a shell that ended (host rebooted, agent restarted) is reported before a new
-/// one starts; with a command a new pane runs it.
+/// one starts; with a command a new pane runs it. `lossless`: relay's output goes to a file or
+/// pipe (see [`attach`]).
 pub(crate) async fn open_pane(
     host: &Host,
     session: &Session,
@@ -32,9 +49,10 @@ pub(crate) async fn open_pane(
     pane: &PaneKey,
     destination: &Destination,
     size: Option<TermSize>,
+    lossless: bool,
 ) -> anyhow::Result<PaneHandle> {
     if args.command.is_empty() {
-        match host.attach_pane(pane.clone(), None, reattach(size)).await {
+        match attach(host, pane, size, lossless).await {
             Ok(h) => return Ok(h),
             Err(e) if e.is_not_found() => {}
             Err(e) if e.is_ended() => eprintln!("{}", previous_ended(session, &e, pane).await),
@@ -51,10 +69,13 @@ pub(crate) async fn open_pane(
         size: size.unwrap_or_default(),
         env: Vec::new(),
     };
-    let (created, handle) = host
-        .open_pane(pane.clone(), spec, Resume::From(0))
-        .await
-        .with_context(|| format!("cannot open a shell for pane {pane}"))?;
+    let opened = if lossless {
+        host.open_pane_lossless(pane.clone(), spec, 0).await
+    } else {
+        host.open_pane(pane.clone(), spec, Resume::From(0)).await
+    };
+    let (created, handle) =
+        opened.with_context(|| format!("cannot open a shell for pane {pane}"))?;
     if created.existed && !args.command.is_empty() {
         eprintln!(
             "[pane {pane} already runs a shell; attached to it, the command was not started]"

@@ -9,6 +9,11 @@
 //!
 //! When relay leaves, the terminal is given back as it was found: after the queued output, the
 //! resets for the modes the program left on (see [`crate::modes`]).
+//!
+//! When stdout is not a terminal (a file, a pipe) it gets the program's bytes and nothing else:
+//! relay's notes go to stderr, no status line is drawn, and a snapshot is never written (the
+//! pane is attached losslessly then, so none should come; one that does counts as lost
+//! output). Lost output is counted, so relay can fail loudly at the end.
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,14 +41,23 @@ pub struct Screen {
     /// stdout is a terminal: the modes are undone on leaving (a pipe gets the bytes as they are).
     restore: bool,
     tty: bool,
+    /// stdout is a file or a pipe: it gets the program's bytes only.
+    pipe: bool,
+    /// Output bytes the pane lost before reaching stdout (gaps).
+    lost: u64,
+    /// Screens not written into a file or pipe in place of output (see [`Screen::snapshot`]).
+    skipped: u32,
     line: StatusLine,
     /// A status update that waits for the output to reach ground state.
     deferred: Option<(Option<String>, u16)>,
 }
 
 impl Screen {
-    /// Starts the writer task on stdout. `tty`: the status line is drawn on the terminal.
+    /// Starts the writer task on stdout. `tty`: the status line is drawn on the terminal (when
+    /// stdout is one too).
     pub fn start(tty: bool) -> Screen {
+        let pipe = !std::io::stdout().is_terminal();
+        let tty = tty && !pipe;
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let queued = Arc::new(AtomicUsize::new(0));
         let room = Arc::new(Notify::new());
@@ -76,8 +90,11 @@ impl Screen {
             task,
             parser: Parser::default(),
             modes: Modes::default(),
-            restore: std::io::stdout().is_terminal(),
+            restore: !pipe,
             tty,
+            pipe,
+            lost: 0,
+            skipped: 0,
             line: StatusLine::new(tty),
             deferred: None,
         }
@@ -113,9 +130,47 @@ impl Screen {
         }
     }
 
-    /// Queues relay's own text (a note, the escape help) between the program's output.
+    /// Queues relay's own text (a note, the escape help) between the program's output; into a
+    /// file or pipe it goes to stderr instead (the text starts and ends with a line break).
     pub fn note(&mut self, text: &str) {
-        self.send(text.as_bytes().to_vec());
+        if self.pipe {
+            eprintln!("{}", text.trim_matches(['\r', '\n']));
+        } else {
+            self.send(text.as_bytes().to_vec());
+        }
+    }
+
+    /// The screen as it is, drawn over the terminal's (on attach, or instead of a gap). Into a
+    /// file or pipe it is not written: those bytes would not be the program's output.
+    pub fn snapshot(&mut self, data: Vec<u8>) {
+        if !self.pipe {
+            self.output(data);
+            return;
+        }
+        self.skipped += 1;
+        self.note("[relay: output was skipped to the current screen: the agent could not hold it]");
+    }
+
+    /// Bytes `from..to` of the output are lost: says so and counts them.
+    pub fn gap(&mut self, from: u64, to: u64) {
+        self.lost += to - from;
+        self.note(&format!(
+            "\r\n[relay: {} bytes of output were lost (offsets {from}..{to}): the agent no longer \
+             held them]\r\n",
+            to - from
+        ));
+    }
+
+    /// What was lost on the way to stdout, in one sentence; `None` when every byte arrived.
+    pub fn loss(&self) -> Option<String> {
+        match (self.lost, self.skipped) {
+            (0, 0) => None,
+            (n, 0) => Some(format!("{n} bytes of output were lost")),
+            (0, s) => Some(format!("output was skipped {s} time(s)")),
+            (n, s) => Some(format!(
+                "{n} bytes of output were lost and output was skipped {s} time(s)"
+            )),
+        }
     }
 
     /// Shows `text` on the status line (clears it when `None`); `cols` is the terminal width.

@@ -12,6 +12,7 @@
 //! [`crate::status`]) says what is happening, and output continues from the last offset once the
 //! host re-attached the same shell.
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -26,7 +27,7 @@ use crate::cli::PaneArgs;
 use crate::common::destination::Destination;
 use crate::escape::{Action, Escapes, HELP};
 use crate::input::InputQueue;
-use crate::pane::{not_attachable, open_pane, reattach};
+use crate::pane::{attach, not_attachable, open_pane};
 use crate::screen::Screen;
 use crate::status;
 use crate::terminal::{self, RawMode};
@@ -46,8 +47,9 @@ enum Outcome {
     Exited { exit: ExitStatus, reason: EndReason },
 }
 
-/// Exit status when relay could not connect, a retry cannot fix the connection, or the shell's
-/// own status could not be learned (as ssh uses 255).
+/// Exit status when relay could not connect, a retry cannot fix the connection, the shell's own
+/// status could not be learned, or output into a file or pipe was lost (as ssh uses 255 for its
+/// own failures).
 pub const UNREACHABLE: u8 = 255;
 
 /// Runs the command; returns the process exit code.
@@ -61,10 +63,13 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     let session = first_connection(&host, &destination).await?;
     let pane = args.pane_key();
     let size = terminal::size();
+    // Into a file or pipe the output is data: every byte, held back at the agent rather than
+    // skipped to the current screen.
+    let lossless = !std::io::stdout().is_terminal();
     // The handle lives until the input is finished (below): dropping it releases the pane, and
     // input still on its way would then be dropped (and miscounted) instead of delivered.
     let mut handle = match mode {
-        Mode::Attach => match host.attach_pane(pane.clone(), None, reattach(size)).await {
+        Mode::Attach => match attach(&host, &pane, size, lossless).await {
             Ok(h) => h,
             Err(e) if e.is_not_found() || e.is_ended() => {
                 return Err(Failure {
@@ -75,7 +80,9 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
             }
             Err(e) => return Err(e).with_context(|| format!("cannot attach to pane {pane}")),
         },
-        Mode::Shell => open_pane(&host, &session, args, &pane, &destination, size).await?,
+        Mode::Shell => {
+            open_pane(&host, &session, args, &pane, &destination, size, lossless).await?
+        }
     };
     let binding = handle.binding().clone();
     // From here on SIGTERM and SIGHUP are ours: they end relay promptly, terminal restored.
@@ -102,12 +109,16 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
     )
     .await;
     drop(raw);
-    if tty && !matches!(outcome, Ok(Outcome::Exited { .. })) {
+    if tty && !matches!(outcome, Ok((Outcome::Exited { .. }, _))) {
         // The cursor is wherever the shell left it (usually after a prompt).
         eprintln!();
     }
-    match outcome? {
+    let (outcome, loss) = outcome?;
+    match outcome {
         Outcome::Detached => {
+            if let Some(loss) = loss {
+                eprintln!("[relay: {loss}]");
+            }
             eprintln!(
                 "[detached from pane {pane}; {}]",
                 args.reattach_hint(&pane, &destination)
@@ -145,6 +156,16 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
                 eprintln!("[the shell of pane {pane} ended: {reason}, {exit}]");
             }
             host.close();
+            if let Some(loss) = loss {
+                return Err(Failure {
+                    code: UNREACHABLE,
+                    message: format!(
+                        "{loss}: the output of pane {pane} is incomplete (the command exited \
+                         with {exit})"
+                    ),
+                }
+                .into());
+            }
             Ok(exit_code(&exit))
         }
     }
@@ -230,7 +251,8 @@ impl Stops {
 
 /// Moves bytes until the shell exits or the user detaches, then writes out what the terminal
 /// has not taken yet (all of it after an exit; at most [`DETACH_GRACE`] otherwise) and clears
-/// the status line. Signals end the wait.
+/// the status line. Signals end the wait. Returns how it ended and what output was lost on the
+/// way (see [`Screen::loss`]).
 async fn pump(
     host: &Host,
     handle: &mut PaneHandle,
@@ -239,7 +261,7 @@ async fn pump(
     resize: &watch::Sender<Option<TermSize>>,
     stops: &mut Stops,
     tty: bool,
-) -> anyhow::Result<Outcome> {
+) -> anyhow::Result<(Outcome, Option<String>)> {
     let mut screen = Screen::start(tty);
     let outcome = pump_loop(
         host,
@@ -256,11 +278,12 @@ async fn pump(
         Ok(Outcome::Exited { .. }) => Duration::MAX,
         _ => DETACH_GRACE,
     };
+    let loss = screen.loss();
     tokio::select! {
         _ = tokio::time::timeout(bound, screen.finish()) => {}
         err = stops.recv() => return Err(err),
     }
-    outcome
+    Ok((outcome?, loss))
 }
 
 /// The loop of [`pump`]. Never waits for the agent or for stdout: input and resizes go through
@@ -294,11 +317,8 @@ async fn pump_loop(
             ev = handle.next(), if screen.has_room() => match ev {
                 Some(PaneEvent::Output { data, .. }) => screen.output(data),
                 // The screen as it is (on attach, or instead of a gap): drawn over ours.
-                Some(PaneEvent::Snapshot { data, .. }) => screen.output(data),
-                Some(PaneEvent::Gap { from, to }) => screen.note(&format!(
-                    "\r\n[relay: {} bytes of output were lost]\r\n",
-                    to - from
-                )),
+                Some(PaneEvent::Snapshot { data, .. }) => screen.snapshot(data),
+                Some(PaneEvent::Gap { from, to }) => screen.gap(from, to),
                 Some(PaneEvent::Exited { exit, reason, .. }) => {
                     return Ok(Outcome::Exited { exit, reason })
                 }

@@ -98,9 +98,11 @@ impl AppCredit {
 }
 
 impl Server {
-    /// `pane.open {host, pane, command?, cwd?, env?, term?, size?}` → `{binding, created}`; the
-    /// stream starts from offset 0 after the reply. The only method that may spawn; idempotent
-    /// by pane key (a live pane is attached, rule D).
+    /// `pane.open {host, pane, command?, cwd?, env?, term?, size?, lossless?}` → `{binding,
+    /// created}`; the stream starts from offset 0 after the reply. The only method that may
+    /// spawn; idempotent by pane key (a live pane is attached, rule D). `lossless`: every byte,
+    /// the program held back at the agent instead of a snapshot (see
+    /// [`Host::open_pane_lossless`]).
     pub(super) async fn pane_open(self: &Arc<Self>, p: Params<'_>) -> Outcome {
         p.only(&[
             "host",
@@ -110,6 +112,7 @@ impl Server {
             "env",
             "term",
             "size",
+            "lossless",
             "timeout_ms",
         ])?;
         let host_id = p.str("host")?;
@@ -133,7 +136,14 @@ impl Server {
             size: p.size("size")?,
             env,
         };
-        let opening = host.open_pane(pane, spec, Resume::From(0));
+        let lossless = p.flag("lossless")?;
+        let opening = async {
+            if lossless {
+                host.open_pane_lossless(pane, spec, 0).await
+            } else {
+                host.open_pane(pane, spec, Resume::From(0)).await
+            }
+        };
         let opened = within(&p, host_id, &host, opening).await?;
         let (created, handle) = opened.map_err(|e| self.host_error(&host, e))?;
         let (binding, start) = self.hold(host_id, &host, handle);
@@ -143,21 +153,35 @@ impl Server {
         })
     }
 
-    /// `pane.attach {host, pane, pty, resume_from?}` → `{binding, replay_from, lost}`; never
-    /// creates (rule B). Attaches only when the host's lease for exactly this pane key has
-    /// exactly this PTY; else `not_found`, `ended` or `mismatch`. Without `resume_from` the
-    /// stream starts with a snapshot of the screen.
+    /// `pane.attach {host, pane, pty, resume_from?, lossless?}` → `{binding, replay_from,
+    /// lost}`; never creates (rule B). Attaches only when the host's lease for exactly this
+    /// pane key has exactly this PTY; else `not_found`, `ended` or `mismatch`. Without
+    /// `resume_from` the stream starts with a snapshot of the screen — or, `lossless`, with the
+    /// oldest byte the agent holds (then every byte, never a snapshot).
     pub(super) async fn pane_attach(self: &Arc<Self>, p: Params<'_>) -> Outcome {
-        p.only(&["host", "pane", "pty", "resume_from", "timeout_ms"])?;
+        p.only(&[
+            "host",
+            "pane",
+            "pty",
+            "resume_from",
+            "lossless",
+            "timeout_ms",
+        ])?;
         let host_id = p.str("host")?;
         let host = self.host(host_id)?;
         let pane = p.pane("pane")?;
         let pty = p.pty("pty")?;
-        let resume = match p.opt_u64("resume_from")? {
-            Some(offset) => Resume::From(offset),
-            None => Resume::Snapshot,
+        let from = p.opt_u64("resume_from")?;
+        let lossless = p.flag("lossless")?;
+        let attaching = async {
+            if lossless {
+                return host
+                    .attach_pane_lossless(pane, Some(pty), from.unwrap_or(0))
+                    .await;
+            }
+            let resume = from.map_or(Resume::Snapshot, Resume::From);
+            host.attach_pane(pane, Some(pty), resume).await
         };
-        let attaching = host.attach_pane(pane, Some(pty), resume);
         let attached = within(&p, host_id, &host, attaching).await?;
         let handle = attached.map_err(|e| self.host_error(&host, e))?;
         let attached = handle.attached().clone();
