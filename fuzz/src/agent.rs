@@ -204,12 +204,14 @@ fn confine(request: &mut Request, incarnation: Incarnation) {
         Request::Create(c) => confine_spawn(&c.pane, &mut c.spec),
         Request::Open(o) => confine_spawn(&o.pane, &mut o.spec),
         Request::OpenScreen(o) => confine_spawn(&o.pane, &mut o.spec),
+        Request::OpenLossless(o) => confine_spawn(&o.pane, &mut o.spec),
         Request::Replace(r) => {
             rebind(&mut r.old, inc);
             confine_spawn(&r.old.pane, &mut r.spec);
         }
         Request::Attach(a) => a.expect.iter_mut().for_each(|p| rebind_pty(p, inc)),
         Request::AttachScreen(a) => a.expect.iter_mut().for_each(|p| rebind_pty(p, inc)),
+        Request::AttachLossless(a) => a.expect.iter_mut().for_each(|p| rebind_pty(p, inc)),
         Request::Input(r) => rebind(&mut r.binding, inc),
         Request::InputSeq(r) => rebind(&mut r.binding, inc),
         Request::Resize(r) => rebind(&mut r.binding, inc),

@@ -202,6 +202,16 @@ fn session_script() -> Vec<u8> {
             resume: Resume::Now,
             events_after: 0,
         }),
+        Request::OpenLossless(Open {
+            pane: pane("l4"),
+            spec: spec(),
+            resume_from: Some(0),
+        }),
+        Request::AttachLossless(Attach {
+            pane: pane("l4"),
+            expect: Some(pty(4)),
+            resume_from: Some(0),
+        }),
         Request::End(End {
             targets: vec![binding("l1", 1), binding("l2", 3)],
             when: EndWhen::Always,
