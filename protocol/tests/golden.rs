@@ -1,10 +1,8 @@
 //! Golden byte vectors: every message, and one frame, pinned to exact bytes.
 //!
-//! Each row of [`common::cases`] is checked both ways by [`check`]: the message must encode to the
+//! Each row of [`relay_protocol_golden::cases`] is checked both ways by [`check`]: the message must encode to the
 //! frozen hex, and the frozen hex must decode to the message. A failure here means the wire shape
 //! changed, which old peers cannot read (see `docs/protocol.md`, "Compatibility").
-
-mod common;
 
 use std::collections::BTreeSet;
 
@@ -15,7 +13,7 @@ use relay_protocol::{
 };
 use tokio_util::codec::{Decoder, Encoder};
 
-use common::{cases, Golden};
+use relay_protocol_golden::{cases, Golden};
 
 /// Encodes `case.message` and compares with `case.hex`, then decodes `case.hex` and compares with
 /// `case.message`. Returns a description of every difference (empty when the row holds).

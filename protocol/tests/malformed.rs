@@ -4,8 +4,6 @@
 //! The random tests are the protocol's fuzzing for now (cargo-fuzz needs a nightly toolchain):
 //! seeded, so a failure reproduces exactly.
 
-mod common;
-
 use bytes::BytesMut;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -17,7 +15,7 @@ use relay_protocol::{
 };
 use tokio_util::codec::Decoder;
 
-use common::cases;
+use relay_protocol_golden::cases;
 
 /// Decoding must not panic; whatever decodes must survive its own round trip. Returns whether the
 /// bytes decoded.

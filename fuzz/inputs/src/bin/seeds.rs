@@ -1,5 +1,5 @@
 //! Writes the seed corpora of every fuzz target, built from the golden vectors of
-//! `protocol/tests` (one sample of every message), into `DIR/<target>/`:
+//! `protocol/golden` (one sample of every message), into `DIR/<target>/`:
 //!
 //! ```text
 //! cargo run --manifest-path fuzz/Cargo.toml -p relay-fuzz-inputs --bin seeds -- DIR
@@ -19,21 +19,17 @@ use relay_protocol::{
     Binding, Envelope, Message, PaneKey, PtyId, Request, Resume, SpawnSpec, TermSize,
 };
 
-#[allow(dead_code)]
-#[path = "../../../../protocol/tests/common/mod.rs"]
-mod common;
-
 fn main() -> std::io::Result<()> {
     let Some(dir) = std::env::args_os().nth(1).map(PathBuf::from) else {
         eprintln!("usage: seeds DIR (writes DIR/frame, DIR/message, DIR/body, DIR/agent)");
         std::process::exit(2);
     };
     assert_eq!(
-        common::INCARNATION,
+        relay_protocol_golden::INCARNATION,
         PLACEHOLDER_INCARNATION,
         "the agent target's placeholder is the golden vectors' incarnation"
     );
-    let cases = common::cases();
+    let cases = relay_protocol_golden::cases();
     let mut all_frames = Vec::new();
     for case in &cases {
         let bytes = case.bytes();

@@ -1,5 +1,6 @@
-//! The golden table shared by `golden.rs` and `malformed.rs`: one deterministic sample of every
-//! message and the exact bytes it must encode to.
+//! The golden table of the wire format, shared by `protocol/tests/golden.rs`,
+//! `protocol/tests/malformed.rs` and the fuzz seeds: one deterministic sample of every message and
+//! the exact bytes it must encode to.
 //!
 //! Expected bytes are written as hex in four space-separated groups, `id op len body`: the
 //! envelope's request id (varint), op code (varint), body length (varint), then the postcard body.
