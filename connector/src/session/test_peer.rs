@@ -1,6 +1,6 @@
 //! A scripted agent for unit tests of [`Session`] and what is built on it: a session over an
 //! in-memory pipe whose far end the test drives frame by frame (no real agent; that one is
-//! exercised in `tests/tests/local.rs`).
+//! exercised in `tests/tests/local/`).
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Session tests against a scripted peer over an in-memory pipe: what the connector sends and how
-//! it reacts, without a real agent (the real agent is exercised in `tests/tests/local.rs`).
+//! it reacts, without a real agent (the real agent is exercised in `tests/tests/local/`).
 
 use futures_util::{SinkExt, StreamExt};
 use relay_protocol::{Binding, Capability, Message, Response};

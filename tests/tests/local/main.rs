@@ -4,32 +4,19 @@
 //! Run `cargo build --workspace --bins` first. Each test has its own `RELAY_HOME` and daemon.
 //! Time bounds are generous liveness bounds, not performance measurements.
 
-// Topic modules live in `local/` (a crate root looks for modules next to itself).
-#[path = "local/host.rs"]
+// Topic modules live next to this file in `local/`.
 mod host;
-#[path = "local/liveness.rs"]
 mod liveness;
-#[path = "local/lossless.rs"]
 mod lossless;
-#[path = "local/messages.rs"]
 mod messages;
-#[path = "local/piped_run.rs"]
 mod piped_run;
-#[path = "local/relayctl.rs"]
 mod relayctl;
-#[path = "local/restore.rs"]
 mod restore;
-#[path = "local/scale.rs"]
 mod scale;
-#[path = "local/screen.rs"]
 mod screen;
-#[path = "local/serve.rs"]
 mod serve;
-#[path = "local/upgrade.rs"]
 mod upgrade;
-#[path = "local/upgrade_ids.rs"]
 mod upgrade_ids;
-#[path = "local/upgrade_limit.rs"]
 mod upgrade_limit;
 
 use std::io::Write;
