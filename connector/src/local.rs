@@ -432,7 +432,7 @@ mod tests {
         assert!(!msg.contains("agent.log"), "no pointer to a log: {msg}");
     }
 
-    /// Issue 10 §3: a connect-only open runs `bridge --no-start`; its exit status 69 is "no
+    /// A connect-only open runs `bridge --no-start`; its exit status 69 is "no
     /// agent running", and an older agent binary that does not know the flag (clap's usage
     /// error, status 2) is reported as incompatible, never as a reason to start a daemon.
     #[tokio::test]

@@ -132,7 +132,7 @@ fn bridge_starts_the_daemon_after_its_file_was_replaced() {
     let _ = bridge.wait();
 }
 
-/// Issue 10 §3: `bridge --no-start` (what relayctl runs) never starts a daemon: without one it
+/// `bridge --no-start` (what relayctl runs) never starts a daemon: without one it
 /// exits with `EXIT_NO_AGENT`, says so, and creates nothing under `RELAY_HOME`; while another
 /// bridge is starting the daemon (holding `run/spawn.lock`) it waits and then connects.
 #[test]

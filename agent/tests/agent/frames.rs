@@ -37,7 +37,7 @@ fn greeted(home: &Home) -> UnixStream {
     s
 }
 
-/// Regression (issue 10 §3, "memory held by stalled partial frames"): after Hello, a connection
+/// Regression ("memory held by stalled partial frames"): after Hello, a connection
 /// that announced a 1 MiB frame and stalled held that buffer with no timeout; 300 of them took
 /// the daemon from 9 MB to 343 MB, still 318 MB after they closed. Now incomplete frames share
 /// one budget (8 MiB here), are closed after the frame timeout (3 s here) with a log line that

@@ -32,7 +32,7 @@ fn run(c: &mut Client, leaf: &str, command: &[&str], env: &[(&str, &str)]) -> St
     String::from_utf8_lossy(&out).replace('\r', "")
 }
 
-/// Regression (issue 10 §3, "inherited descriptors"): the daemon kept every descriptor ≥ 3 of
+/// Regression ("inherited descriptors"): the daemon kept every descriptor ≥ 3 of
 /// the process that started it, so a FIFO writer it inherited stayed open and the reader never
 /// saw end-of-file until the daemon stopped.
 #[test]
@@ -113,7 +113,7 @@ fn shells_start_with_only_the_standard_descriptors() {
     assert_eq!(fds, ["0", "1", "2"], "{listing}");
 }
 
-/// Regression (issue 10 §3, "shells start with a clean environment"): a shell got the daemon's
+/// Regression ("shells start with a clean environment"): a shell got the daemon's
 /// whole environment — the `SSH_AUTH_SOCK` of whichever SSH connection started the daemon (stale
 /// once it closed) and relay's own `RELAY_*` settings. Now it gets a login's variables and what
 /// the create request adds.

@@ -11,7 +11,7 @@ use relay_protocol::{LeaseState, Request, Response};
 use crate::restart::Tmpfs;
 use crate::support::{pane, spec, wait_until, Home};
 
-/// Regression (issue 10 §3, "log flood fills the disk"): every connection that closed before
+/// Regression ("log flood fills the disk"): every connection that closed before
 /// Hello wrote a WARN line with no rate limit; 12,000 connect/close cycles filled a 1 MiB home,
 /// after which every create failed `No space left on device`. Now the warnings are summarized
 /// and a create on the same 1 MiB home still works.
@@ -68,7 +68,7 @@ fn summarized(log: &str) -> (u64, usize) {
     (counts.iter().sum(), counts.len())
 }
 
-/// Regression (issue 10 §3, "truncated log lines on a full disk"): on a full disk the error of a
+/// Regression ("truncated log lines on a full disk"): on a full disk the error of a
 /// refused create reached only the client, and log lines were cut. Now the error is logged too
 /// once there is room (an error line may use the log's disk reserve), every line in agent.log is
 /// whole, and lines that could not be written are counted in a note.

@@ -298,7 +298,7 @@ fn output_records(home: &Home, pty: relay_protocol::PtyId) -> usize {
         .count()
 }
 
-/// Regression (issue 10 §3, "counters lost on crash"): after `kill -9` and a restart, an ended
+/// Regression ("counters lost on crash"): after `kill -9` and a restart, an ended
 /// lease showed 0 bytes and no last output, because output counters were journaled only when a
 /// PTY ended. Now they are journaled when a lease becomes detached and, while output flows, at
 /// most every few seconds — for a pane that was attached and one that never was.

@@ -186,7 +186,7 @@ mod tests {
         assert!(Destination::parse("db1:http").is_err());
     }
 
-    /// Issue 10 §3: a destination with shell metacharacters is refused before anything runs;
+    /// A destination with shell metacharacters is refused before anything runs;
     /// the error names the character.
     #[test]
     fn host_and_user_names_with_shell_metacharacters_are_refused_like_openssh() {
@@ -242,7 +242,7 @@ mod tests {
         assert_eq!(shell_word(""), "''");
     }
 
-    /// Issue 10 §3: `%h`, `%r`, `%n` cannot inject a command into a ProxyCommand, and `%%` and
+    /// `%h`, `%r`, `%n` cannot inject a command into a ProxyCommand, and `%%` and
     /// `%p` expand as before. The command is run by a real `sh`: what reaches its argv is
     /// exactly the value.
     #[test]

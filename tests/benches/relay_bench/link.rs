@@ -1,4 +1,4 @@
-//! Slow links (issue 9, scenario 7): pane create → first output, keystroke echo, throughput and
+//! Slow links: pane create → first output, keystroke echo, throughput and
 //! the re-attach of 100 panes over 50 ms and 200 ms round trips, through the test crate's
 //! shaping proxy (this kernel has no `netem`), each next to plain OpenSSH through the same proxy.
 //!

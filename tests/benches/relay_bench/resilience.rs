@@ -1,4 +1,4 @@
-//! Reconnect figures (issue 6) against fixture containers, each next to what plain OpenSSH does
+//! Reconnect figures against fixture containers, each next to what plain OpenSSH does
 //! in the same run where OpenSSH has an equivalent: dead-link detection after a silent partition,
 //! network restored → first new output, re-attach of 10 and 100 panes after a reconnect, and
 //! keystroke echo idle, next to a flood on the host that relay does not serve, next to a

@@ -1,4 +1,4 @@
-//! Scale figures (issue 9), local agent: pane create → first output on a warm connection with
+//! Scale figures, local agent: pane create → first output on a warm connection with
 //! 0 / 100 / 1,000 idle panes already open, and the agent daemon's threads, RSS and open
 //! descriptors with that many idle panes. Baselines in the same run: a plain PTY spawn for the
 //! create, and a tmux server holding as many windows of the same idle shell for the resources

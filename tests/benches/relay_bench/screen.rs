@@ -1,4 +1,4 @@
-//! The terminal model's cost and what it buys (issue 7): throughput with the model on next to the
+//! The terminal model's cost and what it buys: throughput with the model on next to the
 //! same agent with it off (`RELAY_SCREEN_MODEL=off`), agent RSS per idle pane on and off, and the
 //! time from a re-attach to a correct screen after 50 MB of missed output.
 

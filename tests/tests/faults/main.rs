@@ -1,4 +1,4 @@
-//! The fault suite (issue 6): the connector's host supervisor against real OpenSSH hosts in
+//! The fault suite: the connector's host supervisor against real OpenSSH hosts in
 //! containers, under real faults — killed TCP connections, silent partitions (packets dropped
 //! in the container's network namespace), frozen and restarted hosts, a flapping link, a
 //! connector process stopped like a sleeping laptop. Every scenario counts the host's shells

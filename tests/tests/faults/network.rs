@@ -124,8 +124,7 @@ pub async fn rule_a_a_45s_silent_partition_is_detected_and_healed_without_silent
         // Lines are only missing where the stream says so: with the agent's `screen`
         // capability by a snapshot of the screen (rule E: a gap is resolved by resnapshot).
         // Rule E forbids a missing line without a snapshot, not a snapshot without a missing
-        // line: CI once saw one snapshot and no line missing from the output (cause not found;
-        // the issue 10 note records it).
+        // line: CI once saw one snapshot and no line missing from the output (cause not found).
         let missing = lines.windows(2).any(|w| w[1] != w[0] + 1);
         assert!(c.gaps.is_empty(), "a snapshot, never a gap: {:?}", c.gaps);
         assert!(

@@ -20,7 +20,7 @@ fn seq_through_a_pty(n: u32) -> Vec<u8> {
 /// A small ring, so a reader that pauses falls a whole ring behind the command.
 const RING: &str = "1048576";
 
-/// Regression (issue 33): `relay shell -- 'seq 1 3000000' | (sleep 3; wc -c)` counted 911,952
+/// Regression: `relay shell -- 'seq 1 3000000' | (sleep 3; wc -c)` counted 911,952
 /// of 22,888,896 bytes and exited 0 — the pipe's reader paused, relay fell behind the ring and
 /// skipped to a snapshot of the screen, written into the pipe. Now the program waits for the
 /// reader, and every byte arrives.

@@ -160,7 +160,7 @@ async fn relayctl_tags_protects_gcs_and_kills_exactly() {
     assert!(text(&out).1.contains("nope/nope/0"), "{}", text(&out).1);
 }
 
-/// Issue 10 §3: relayctl never starts an agent (tmux's "no server running"): on a machine
+/// `relayctl` never starts an agent (tmux's "no server running"): on a machine
 /// without one, every command says so, fails, and leaves no process and no file behind. With
 /// an agent running they work (control).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,7 +204,7 @@ async fn relayctl_without_an_agent_says_no_agent_running_and_starts_none() {
     assert_eq!(status["pid"], session.status().await.unwrap().pid);
 }
 
-/// Issue 10 §3: `relayctl leases | head -1` — a reader that goes away ends relayctl with exit
+/// `relayctl leases | head -1` — a reader that goes away ends relayctl with exit
 /// status 0, as ripgrep does (not killed by SIGPIPE, no panic, no message); a command that acts
 /// still does its work and its exit status says how that went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

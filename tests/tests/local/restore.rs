@@ -1,4 +1,4 @@
-//! relay gives the user's terminal back as it found it (issue 7): whatever way it leaves
+//! relay gives the user's terminal back as it found it: whatever way it leaves
 //! (`~.`, the shell's exit, a signal), the modes a full-screen program left on are turned off
 //! after its output and before relay's own message, as tmux does on detach. A pipe gets the
 //! output as it is.

@@ -1,4 +1,4 @@
-//! A PTY costs the agent no thread and one descriptor (issue 9): many panes on one daemon keep
+//! A PTY costs the agent no thread and one descriptor: many panes on one daemon keep
 //! its thread count bounded, every one of them still streams output, takes input and reports
 //! its exit, and ending them all at once (more exits than the daemon's blocking threads) loses
 //! no exit.

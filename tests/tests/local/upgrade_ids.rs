@@ -32,7 +32,7 @@ fn upgrade(home: &TestHome, bin: &std::path::Path) -> std::process::Output {
     home.relayctl(&["upgrade", "--to", bin.to_str().unwrap(), "--yes"])
 }
 
-/// Regression (issue 31, first item): one live shell and two ended ones; the ended ones are
+/// Regression: one live shell and two ended ones; the ended ones are
 /// forgotten, so the journal no longer names the highest ids; a refused upgrade and two live
 /// upgrades later, a new pane once got the id of a forgotten one. The counter is handed over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,8 +33,8 @@ async fn relayctl_over_ssh_lists_the_hosts_leases_and_relay_attach_never_creates
     assert!(!out.status.success());
     assert!(stderr.contains("--accept-new"), "{stderr}");
 
-    // --accept-new records the key; the host has no agent running, and relayctl starts none
-    // (issue 10 §3): each command says so, fails, and leaves no daemon or bridge on the host.
+    // --accept-new records the key; the host has no agent running, and relayctl starts none:
+    // each command says so, fails, and leaves no daemon or bridge on the host.
     let out = run_cli(
         &bins().relayctl,
         &host,

@@ -33,7 +33,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-/// Regression (issue 33): through a 200 ms round trip, `relay shell HOST -- 'seq 1 3000000' >
+/// Regression: through a 200 ms round trip, `relay shell HOST -- 'seq 1 3000000' >
 /// out` wrote 3,974,121 of 22,888,896 bytes plus 115 screen redraws into the file and exited
 /// 0. Now the file is byte-identical to the command's output, and a pane on another connection
 /// to the same agent keeps echoing within 2× of its idle round trip meanwhile.

@@ -1,4 +1,4 @@
-//! The SSH transport against real OpenSSH servers in containers (issue 3): deploy, host keys,
+//! The SSH transport against real OpenSSH servers in containers: deploy, host keys,
 //! ssh_config, one connection per host, PTYs outliving the connection, older daemons, the
 //! agent's peer-credential check.
 //!

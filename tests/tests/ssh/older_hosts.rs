@@ -1,4 +1,4 @@
-//! Hosts people actually have (issue 10): an older distribution (Debian 11, glibc 2.31) and a
+//! Hosts people actually have: an older distribution (Debian 11, glibc 2.31) and a
 //! home directory mounted `noexec`. The deploy tells the true cause before uploading anything;
 //! the portable agent from `deploy/build-agents.sh` runs a shell where the native build cannot.
 

@@ -10,7 +10,7 @@ use super::*;
 /// `error ...` when the daemon had already closed the connection.
 const PROBE: &str = r#"$SIG{PIPE} = "IGNORE"; use IO::Socket::UNIX; my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "connect: $!"; defined syswrite($s, pack("H*", $ARGV[1])) or do { print "error write: $!"; exit }; my $n = sysread($s, my $b, 4); print defined $n ? "read $n" : "error $!";"#;
 
-/// Issue 10 §3: a connection from another user (`nobody`) to `relay`'s agent gets no answer to
+/// A connection from another user (`nobody`) to `relay`'s agent gets no answer to
 /// a valid hello, is closed, and is logged; the same probe as `relay` gets the welcome, so a
 /// daemon that served everyone would fail this test.
 #[tokio::test(flavor = "multi_thread")]

@@ -160,7 +160,7 @@ async fn encrypted_key_asks_the_passphrase_callback() {
     assert_eq!(asked.load(Ordering::SeqCst), 2);
 }
 
-/// Issue 10 §3: host and user names reach shells (`ssh -G`, a `ProxyCommand`'s `%h %r %n`).
+/// Host and user names reach shells (`ssh -G`, a `ProxyCommand`'s `%h %r %n`).
 /// A destination with shell metacharacters is refused before anything runs, by relay itself
 /// (also without OpenSSH's own check: the ssh2-config fallback here); and a value substituted
 /// into a real ProxyCommand — a `HostName` holding `$(...)` — reaches it as one literal argument
