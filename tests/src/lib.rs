@@ -7,11 +7,10 @@
 //! README and CI do).
 //!
 //! Each [`TestHome`] is a temporary `RELAY_HOME`; its daemon (started on demand by the first
-//! bridge) is stopped when the `TestHome` is dropped, using the pid the daemon reports in its
-//! status. Tests never share a daemon.
+//! bridge), bridges and clients end when the `TestHome` is dropped (see `relay_testkit::TempHome`).
+//! Tests never share a daemon.
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -20,6 +19,7 @@ use std::time::{Duration, Instant};
 use relay_connector::{
     BridgeStderr, Host, HostState, LocalConfig, LocalTransport, PaneEvent, PaneHandle, Session,
 };
+use relay_testkit::TempHome;
 
 /// Generous bound for things that should take milliseconds (liveness, not performance).
 pub const LIVENESS: Duration = Duration::from_secs(20);
@@ -77,9 +77,10 @@ pub fn agent_copy() -> &'static Path {
         .1
 }
 
-/// A private `RELAY_HOME`; stops its daemon on drop.
+/// A private `RELAY_HOME` (a [`TempHome`]: every process of it ends when it drops) with the
+/// environment its daemon gets.
 pub struct TestHome {
-    dir: tempfile::TempDir,
+    home: TempHome,
     env: Vec<(OsString, OsString)>,
 }
 
@@ -90,35 +91,22 @@ impl TestHome {
     }
 
     /// A fresh `RELAY_HOME` whose daemon gets these extra environment variables (e.g.
-    /// `RELAY_WINDOW_BYTES`).
-    ///
-    /// The daemon and its shells also get `HOME` set to an empty directory inside it, so login
-    /// shells started by tests read no dotfiles of the machine's user (a slow or broken `~/.bashrc`
-    /// must not decide whether a test passes).
+    /// `RELAY_WINDOW_BYTES`) besides [`TempHome::env`] (an empty `HOME` for the shells, a long
+    /// exit-output grace for a loaded machine).
     pub fn with_env(env: &[(&str, &str)]) -> Self {
         let _ = bins();
-        let dir = tempfile::Builder::new()
-            .prefix("relay-test-")
-            .tempdir()
-            .expect("temp dir");
-        let user_home = dir.path().join("home");
-        std::fs::create_dir(&user_home).expect("creating the shells' HOME");
-        let mut vars: Vec<(OsString, OsString)> = vec![
-            ("HOME".into(), user_home.into()),
-            // A loaded test machine may need longer than the default 500 ms to drain a PTY
-            // that exited; tests compare exact output before the exit event.
-            ("RELAY_EXIT_OUTPUT_GRACE_MS".into(), "5000".into()),
-        ];
+        let home = TempHome::new("relay-test-");
+        let mut vars = home.env();
         vars.extend(
             env.iter()
                 .map(|(k, v)| (OsString::from(k), OsString::from(v))),
         );
-        TestHome { dir, env: vars }
+        TestHome { home, env: vars }
     }
 
     /// The `RELAY_HOME` directory.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        self.home.path()
     }
 
     /// A local transport running this build's agent with this home.
@@ -205,38 +193,15 @@ impl TestHome {
     /// Pids of the `relay-agent bridge` processes of this home (one per connection over the
     /// local transport), found by their `RELAY_HOME` in `/proc/<pid>/environ`.
     pub fn bridge_pids(&self) -> Vec<i32> {
-        self.pids_running(Some("bridge"))
+        let pids = self.home.pids_running("bridge");
+        pids.into_iter().map(|p| p as i32).collect()
     }
 
     /// Pids of every process of this home (daemon, bridges, shells, clients), found by their
     /// `RELAY_HOME` in `/proc/<pid>/environ`.
     pub fn pids(&self) -> Vec<i32> {
-        self.pids_running(None)
-    }
-
-    /// This home's processes whose first argument is `arg1` (any, for `None`).
-    fn pids_running(&self, arg1: Option<&str>) -> Vec<i32> {
-        let home = format!("RELAY_HOME={}", self.path().display());
-        let mut pids = Vec::new();
-        let Ok(dir) = std::fs::read_dir("/proc") else {
-            return pids;
-        };
-        for entry in dir.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let wanted = arg1.is_none_or(|a| argv.split(|b| *b == 0).nth(1) == Some(a.as_bytes()));
-            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            if wanted && environ.split(|b| *b == 0).any(|v| v == home.as_bytes()) {
-                pids.push(pid);
-            }
-        }
-        pids
+        let procs = self.home.processes();
+        procs.into_iter().map(|p| p.pid as i32).collect()
     }
 
     /// Kills (SIGKILL) this home's bridges: every local connection to the daemon drops at once,
@@ -254,16 +219,7 @@ impl TestHome {
 
     /// Whether a daemon holds this home's `run/daemon.lock`.
     pub fn daemon_running(&self) -> bool {
-        let Ok(file) = File::open(self.path().join("run/daemon.lock")) else {
-            return false;
-        };
-        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockSharedNonblock) {
-            Ok(lock) => {
-                drop(lock);
-                false
-            }
-            Err(_) => true,
-        }
+        self.home.daemon_running()
     }
 
     /// The daemon's pid from `relayctl status --json`, if a daemon runs.
@@ -281,64 +237,6 @@ impl Default for TestHome {
     fn default() -> Self {
         Self::new()
     }
-}
-
-impl Drop for TestHome {
-    /// Ends every process of this home: relay and relayctl runs, their bridges, the daemon and
-    /// its shells (all carry `RELAY_HOME=<this home>`). Clients go first (SIGKILL), so that no
-    /// straggling bridge starts a new daemon in the removed directory; the daemon gets SIGTERM
-    /// (its orderly shutdown), and SIGKILL after 5 s.
-    fn drop(&mut self) {
-        use nix::sys::signal::{kill, Signal};
-        use nix::unistd::Pid;
-        let marker = format!("RELAY_HOME={}", self.path().display());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let procs = processes_with_env(&marker);
-            if procs.is_empty() {
-                return;
-            }
-            for (pid, is_daemon) in procs {
-                let signal = if is_daemon && Instant::now() < deadline {
-                    Signal::SIGTERM
-                } else {
-                    Signal::SIGKILL
-                };
-                let _ = kill(Pid::from_raw(pid), signal);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-/// Live processes whose environment holds `entry` (`NAME=value`), as `(pid, is the daemon)`.
-fn processes_with_env(entry: &str) -> Vec<(i32, bool)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    for pid in dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-    {
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if !env.split(|&b| b == 0).any(|e| e == entry.as_bytes()) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z'));
-        if zombie {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let is_daemon = cmdline.split(|&b| b == 0).nth(1) == Some(b"daemon".as_slice());
-        found.push((pid, is_daemon));
-    }
-    found
 }
 
 /// Output read from a pane, checked for order: every output starts where the previous ended.

@@ -39,8 +39,7 @@ impl Drop for Stopped {
 
 /// The state letter from `/proc/<pid>/stat` (`T` when stopped).
 fn process_state(pid: Pid) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
+    relay_testkit::procs::Proc::read(pid.as_raw() as u32).map(|p| p.state)
 }
 
 /// `relay shell --local --pane PANE` in a real PTY, once its shell answers.
