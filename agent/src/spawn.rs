@@ -26,7 +26,7 @@
 //! portable-pty forked, swept `/proc/self/fd` through `std::fs::read_dir` in the child
 //! (allocating after `fork`) and closed each descriptor with its own system call (about 5 µs
 //! per descriptor): a create at 1,000 PTYs took ~21 ms against ~2 ms at none
-//! (`docs/performance.md`, "Scale").
+//! (`docs/perf-notes/scale.md`).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
