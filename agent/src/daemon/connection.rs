@@ -4,7 +4,7 @@
 //! subscription's output share the connection fairly and a peer that stops reading only stalls
 //! itself. Anything malformed (an oversized or truncated frame, an undecodable envelope or body,
 //! a first message that is not Hello) closes *this* connection with a reason logged at warn level
-//! (rate-limited: [`crate::log_limit::CLOSING`]);
+//! (rate-limited: [`crate::log::limit::CLOSING`]);
 //! an unknown op code is answered with `Unsupported` and the connection stays open (rule H).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,12 +22,12 @@ use tokio_util::codec::FramedWrite;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::dispatch::dispatch;
-use crate::inbound::{FrameReader, ReadError};
-use crate::log_limit::{CLIENTS, CLOSING};
-use crate::session::{PeerTerms, Session};
+use crate::daemon::dispatch::dispatch;
+use crate::daemon::inbound::{FrameReader, ReadError};
+use crate::daemon::stdio_pass::{self, Transport, Writer};
+use crate::daemon::subscriptions::{PeerTerms, Session};
+use crate::log::limit::{CLIENTS, CLOSING};
 use crate::state::State;
-use crate::stdio_pass::{self, Transport, Writer};
 
 /// How long a new connection may take to send Hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -142,7 +142,8 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
         credit,
         lifecycle,
     };
-    // A client id only names the peer's holds (see `crate::hold`): 256 bytes tell clients apart.
+    // A client id only names the peer's holds (see `crate::output::hold`): 256 bytes tell clients
+    // apart.
     let client = hello.client_id.chars().take(256).collect();
     let mut session = Session::new(state, out.clone(), terms, client);
     let reason = tokio::select! {

@@ -6,7 +6,7 @@ use relay_protocol::message::{Done, Leases, Pong};
 use relay_protocol::{EndReason, ErrorReply, Message, Request, Response};
 use tracing::Instrument;
 
-use crate::session::Session;
+use crate::daemon::subscriptions::Session;
 
 /// Handles one request with id `id`. Returns the reply to queue now, or `None` when there is
 /// none (`Ack`) or the reply is sent later: by a spawned task (`Create`, `Replace`, `End`,
@@ -33,7 +33,7 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         Request::Input(i) => state.input(i).map(done),
         Request::InputSeq(i) => state.input_seq(i).map(done),
         // A resize first parses the output the model has not seen (at most a ring).
-        Request::Resize(r) => crate::session::blocking(|| state.resize(r)).map(done),
+        Request::Resize(r) => crate::runtime::blocking(|| state.resize(r)).map(done),
         Request::Signal(s) => state.signal(s).map(done),
         Request::Kill(k) => state.kill(k).map(done),
         Request::Detach(d) => session.detach(d).map(done),

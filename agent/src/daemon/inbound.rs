@@ -7,13 +7,15 @@
 //!   in it; a larger one gets a body buffer that grows (doubling, never past the frame's length)
 //!   only as its bytes come in;
 //! - **one budget for all connections:** every body buffer's capacity is counted against
-//!   [`FrameBudget`] (default [`DEFAULT_INCOMPLETE_FRAMES_BYTES`], env
+//!   [`FrameBudget`] (default
+//!   [`DEFAULT_INCOMPLETE_FRAMES_BYTES`](crate::limits::DEFAULT_INCOMPLETE_FRAMES_BYTES), env
 //!   `RELAY_INCOMPLETE_FRAMES_BYTES`). A connection that needs more waits for room, within its
 //!   frame's deadline; the room returns when the frame is complete or the connection goes;
 //! - **a deadline per frame:** once a frame's first byte arrived, the whole frame must arrive
-//!   within the frame timeout (default [`DEFAULT_FRAME_TIMEOUT`], env `RELAY_FRAME_TIMEOUT_MS`),
-//!   or the connection is closed with [`ReadError::Stalled`]. Between frames there is no deadline:
-//!   an idle connection may stay, holding only its read-ahead.
+//!   within the frame timeout (default
+//!   [`DEFAULT_FRAME_TIMEOUT`](crate::limits::DEFAULT_FRAME_TIMEOUT), env
+//!   `RELAY_FRAME_TIMEOUT_MS`), or the connection is closed with [`ReadError::Stalled`]. Between
+//!   frames there is no deadline: an idle connection may stay, holding only its read-ahead.
 //!
 //! So a connection holds at most [`READ_AHEAD`] bytes of its own, and all incomplete frames
 //! together at most the budget.
@@ -28,17 +30,12 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::stdio_pass::Reader;
+use crate::daemon::stdio_pass::Reader;
+use crate::limits::FrameBudget;
 
 /// Bytes a connection reads ahead; frames up to this size (with their 4-byte header) are read
 /// in it without touching the budget.
 pub const READ_AHEAD: usize = 8 * 1024;
-
-/// Default budget for the bodies of incomplete frames across all connections (64 MiB).
-pub const DEFAULT_INCOMPLETE_FRAMES_BYTES: usize = 64 * 1024 * 1024;
-
-/// Default time a frame may take to arrive once its first byte did (60 s: 1 MiB at 17 KB/s).
-pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why reading a frame failed; the connection must close.
 #[derive(Debug)]
@@ -109,28 +106,6 @@ impl fmt::Display for ReadError {
             }
             ReadError::Io(e) => write!(f, "read error: {e}"),
         }
-    }
-}
-
-/// The memory all connections' incomplete frame bodies may hold together. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct FrameBudget {
-    room: Arc<Semaphore>,
-    total: usize,
-}
-
-impl FrameBudget {
-    /// A budget of `bytes`.
-    pub fn new(bytes: usize) -> Self {
-        FrameBudget {
-            room: Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))),
-            total: bytes,
-        }
-    }
-
-    /// Bytes currently held by incomplete frames.
-    pub fn held(&self) -> usize {
-        self.total.saturating_sub(self.room.available_permits())
     }
 }
 

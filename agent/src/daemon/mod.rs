@@ -17,12 +17,19 @@
 //! `AgentRestarted` (exit status left out, output figures kept), and seal the journal. A PTY cannot
 //! be reattached once its daemon is gone (the master side closes), so ending them is explicit and
 //! bounded. After a SIGKILL of the daemon nothing is recorded; the next incarnation ends any PTY
-//! process still running (see [`crate::orphan`]) and reports those leases the same way.
+//! process still running (see [`crate::pty::orphan`]) and reports those leases the same way.
 //!
-//! Live upgrade (`Upgrade` request, [`crate::handover`]): the serve loop stops accepting, closes
+//! Live upgrade (`Upgrade` request, [`crate::upgrade`]): the serve loop stops accepting, closes
 //! connections, and hands the PTYs to the new binary by `execve` in this same process; the new
 //! code starts in [`resume`] with the listening socket, the lock and the PTYs it was given. If
 //! the handover does not happen, the loop serves again.
+
+pub mod connection;
+pub mod dispatch;
+pub mod inbound;
+pub mod server;
+pub mod stdio_pass;
+pub mod subscriptions;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -40,11 +47,11 @@ use tokio::net::UnixListener;
 use tokio::signal::unix::{signal as tokio_signal, Signal as TokioSignal, SignalKind};
 
 use crate::config::Config;
-use crate::handover::{self, probe};
+use crate::log;
 use crate::paths::{annotate, Paths};
-use crate::pty_io::set_cloexec;
-use crate::state::{DaemonFds, State};
-use crate::{logging, server};
+use crate::pty::io::set_cloexec;
+use crate::state::State;
+use crate::upgrade::{self, probe, DaemonFds};
 
 /// Runs the daemon (see the module docs). Returns the process exit code.
 ///
@@ -99,8 +106,8 @@ pub fn main(paths: &Paths, foreground: bool) -> anyhow::Result<ExitCode> {
 /// open (a pipe, a FIFO, a socket of an SSH session): the daemon lives for days, and a writer
 /// end it kept would keep the reader on the other side from ever seeing end-of-file. Called
 /// first, while nothing of the daemon's own is open and no other thread exists. Shells started
-/// later get only their PTY as stdio ([`crate::spawn`] marks everything above 2 close-on-exec in
-/// the child).
+/// later get only their PTY as stdio ([`crate::pty::spawn`] marks everything above 2 close-on-exec
+/// in the child).
 fn close_inherited_fds() {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return;
@@ -155,10 +162,10 @@ fn run(paths: &Paths, mut ready: Option<OwnedFd>, also_stderr: bool) -> anyhow::
         }
         Err((_, e)) => bail!("could not lock {}: {e}", lock_path.display()),
     };
-    logging::init(paths, also_stderr)?;
+    log::init(paths, also_stderr)?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
-    log_descriptor_limit(crate::nofile::raise(false));
+    log_descriptor_limit(crate::pty::nofile::raise(false));
     let result = (|| {
         let config = Config::from_env().map_err(anyhow::Error::msg)?;
         let rt = runtime()?;
@@ -206,9 +213,9 @@ async fn serve(
     serve_until_stopped(paths, state, listener, lock_fd, term, int).await
 }
 
-/// Logs what raising the soft descriptor limit did ([`crate::nofile::raise`]); a failure only
+/// Logs what raising the soft descriptor limit did ([`crate::pty::nofile::raise`]); a failure only
 /// costs the panes beyond the old limit, so the daemon runs on.
-fn log_descriptor_limit(raised: std::io::Result<crate::nofile::Raised>) {
+fn log_descriptor_limit(raised: std::io::Result<crate::pty::nofile::Raised>) {
     match raised {
         Ok(r) => tracing::info!(
             soft = r.soft,
@@ -321,12 +328,12 @@ pub fn resume(
         let _ = set_cloexec(fd.as_fd(), true);
     }
     // First: a return to the old binary below must carry the original limit on (see `nofile`).
-    let raised = crate::nofile::raise(true);
+    let raised = crate::pty::nofile::raise(true);
     let back = |why: String| back_to_old(fallback.as_ref(), &state_fd, paths, why);
     let bytes = probe::read_state(state_fd.as_fd()).map_err(|e| back(e.to_string()))?;
-    let handover = handover::decode(&bytes).map_err(|e| back(e.to_string()))?;
+    let handover = upgrade::decode(&bytes).map_err(|e| back(e.to_string()))?;
     drop(bytes);
-    logging::init(paths, false).map_err(|e| back(format!("{e:#}")))?;
+    log::init(paths, false).map_err(|e| back(format!("{e:#}")))?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
     log_descriptor_limit(raised);
@@ -398,7 +405,7 @@ fn unblock_stop_signals() {
 }
 
 /// Runtime threads at most, whatever the host's core count: the daemon's work is IO and short
-/// bursts, and PTYs cost no threads of their own (`pty.rs`).
+/// bursts, and PTYs cost no threads of their own (`pty/mod.rs`).
 const MAX_WORKERS: usize = 4;
 /// Blocking-pool threads at most: spawns, reaps, exits, snapshots, upgrade probes — each short;
 /// more queue (tokio's default, 512, would let a mass exit start hundreds of threads).

@@ -11,8 +11,8 @@ use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::connection;
-use crate::log_limit::REFUSED;
+use crate::daemon::connection;
+use crate::log::limit::REFUSED;
 use crate::state::State;
 
 /// How long connections may take to wind down after shutdown was requested.

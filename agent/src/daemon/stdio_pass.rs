@@ -46,7 +46,7 @@ use nix::sys::stat::{fstat, SFlag};
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::UnixStream;
 
-use crate::log_limit::Throttle;
+use crate::log::limit::Throttle;
 
 /// The bridge's offer: one byte with fds 0 and 1 attached.
 pub const MARKER: u8 = 0xFE;

@@ -111,7 +111,7 @@ pub enum Record {
         ptys: Vec<PtyId>,
     },
     /// A live PTY's output counters, so they survive a daemon that is killed (see
-    /// [`crate::counters`] for when this is written).
+    /// [`crate::lease::counters`] for when this is written).
     Output {
         /// The PTY.
         pty: PtyId,
@@ -539,5 +539,4 @@ fn write_records(tmp: &Path, records: &[Record]) -> io::Result<()> {
 }
 
 #[cfg(test)]
-#[path = "journal_tests.rs"]
 mod tests;

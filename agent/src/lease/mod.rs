@@ -8,6 +8,9 @@
 //! and mints [`PtyId`]s `(incarnation, counter)` that are never reused. Leases of a pane are kept
 //! oldest first; ended ones stay as history, bounded to the newest `max_ended`.
 
+pub mod counters;
+pub mod journal;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use relay_protocol::message::LeaseCounts;
@@ -596,5 +599,4 @@ impl LeaseTable {
 }
 
 #[cfg(test)]
-#[path = "lease_tests.rs"]
 mod tests;

@@ -20,7 +20,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::journal::open_append;
+use crate::lease::journal::open_append;
 
 /// Largest size of `agent.log` before it is rotated to `agent.log.1`, in bytes (2 MiB).
 pub const MAX_LOG_BYTES: u64 = 2 * 1024 * 1024;

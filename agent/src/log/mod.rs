@@ -6,11 +6,14 @@
 //! and made of whole lines. tracing-appender's rolling appender rotates by time only, so it
 //! cannot bound the size. Lines are written synchronously (one `write` per line, like the
 //! journal); warnings a peer can trigger at will are rate-limited first (see
-//! [`crate::log_limit`]).
+//! [`crate::log::limit`]).
 //!
 //! Colour: the file never gets ANSI escape codes; `--foreground` stderr only when it is a
 //! terminal. Text printed to stderr that is read by a program (the connector shows the bridge's
 //! stderr to the user) goes through [`plain`].
+
+pub mod file;
+pub mod limit;
 
 use std::borrow::Cow;
 use std::fs;
@@ -25,7 +28,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{fmt, EnvFilter, Layer};
 
-use crate::log_file::{LogFile, MAX_LOG_BYTES};
+use crate::log::file::{LogFile, MAX_LOG_BYTES};
 use crate::paths::{annotate, Paths};
 
 /// Name of the log file in the log directory.

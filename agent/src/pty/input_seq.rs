@@ -43,7 +43,7 @@ struct Entry {
 }
 
 /// The last applied seq of each writer of one PTY, bounded to [`MAX_WRITERS`] writers.
-/// Serializable so a live upgrade hands it to the new daemon ([`crate::handover`]).
+/// Serializable so a live upgrade hands it to the new daemon ([`crate::upgrade`]).
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct WriterTable {
     entries: Vec<Entry>,

@@ -3,8 +3,8 @@
 //! status.
 //!
 //! The daemon keeps only the master's descriptor and the child's pid, so that one code path
-//! serves a PTY it spawned ([`crate::spawn`]) and one it was handed across `execve` by the
-//! daemon it replaced ([`crate::handover`]): `TIOCSWINSZ`, `tcgetpgrp`, exit statuses with
+//! serves a PTY it spawned ([`crate::pty::spawn`]) and one it was handed across `execve` by the
+//! daemon it replaced ([`crate::upgrade`]): `TIOCSWINSZ`, `tcgetpgrp`, exit statuses with
 //! `strsignal` names (the form portable-pty reported, which the wire keeps).
 
 use std::io;

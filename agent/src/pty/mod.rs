@@ -3,16 +3,16 @@
 //!
 //! A PTY is its master descriptor plus its child's pid ([`pty_io`] does the raw operations), so
 //! one path serves a PTY spawned here and one handed over by the daemon this one replaced
-//! ([`Pty::assemble`], [`crate::handover`]).
+//! ([`Pty::assemble`], [`crate::upgrade`]).
 //!
 //! A PTY costs no thread of its own (1,000 idle panes must not mean 3,000 threads): its master
 //! is non-blocking and registered once with the daemon's tokio reactor ([`AsyncFd`]), and three
-//! tasks serve it (`pty_tasks.rs`):
+//! tasks serve it (`tasks.rs`):
 //! - **reader**: always drains the PTY into the replay [`Ring`] and publishes the new end offset
 //!   on a `watch` channel ([`Progress`]); it never waits for a client (rule F).
 //! - **writer**: writes queued input when the terminal takes it, so a shell that does not read
 //!   its input never blocks the daemon.
-//! - **waiter**: waits for the child to exit *without reaping it* ([`crate::reaper`], one
+//! - **waiter**: waits for the child to exit *without reaping it* ([`crate::pty::reaper`], one
 //!   `SIGCHLD` listener for all PTYs), then reaps it under the reap lock, waits for reader EOF
 //!   (bounded by a short grace so a background process holding the terminal cannot delay it),
 //!   and hands the status to the daemon.
@@ -31,23 +31,25 @@ use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, SpawnSpec, Term
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::counters::CounterNote;
-use crate::hold::HoldGate;
-use crate::input_seq::{Applied, WriterTable};
-use crate::pty_io;
-use crate::ring::Ring;
-use crate::screen::{PtyScreen, ScreenFeed};
-use crate::shell;
-use crate::spawn::{self, SpawnError};
+use crate::lease::counters::CounterNote;
+use crate::output::hold::HoldGate;
+use crate::output::ring::Ring;
+use crate::output::screen::{PtyScreen, ScreenFeed};
+use crate::pty::io as pty_io;
+use input_seq::{Applied, WriterTable};
+use spawn::SpawnError;
 
-#[path = "pty_kill.rs"]
+pub mod input_seq;
+pub mod io;
 pub mod kill;
-
-#[path = "pty_handover.rs"]
-mod handover;
-
-#[path = "pty_tasks.rs"]
+pub mod nofile;
+pub mod orphan;
+pub mod procfs;
+pub mod reaper;
+pub mod shell;
+pub mod spawn;
 mod tasks;
+pub mod wire_signal;
 
 /// How an ended PTY is announced to subscribers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,24 +75,24 @@ pub struct Progress {
 
 /// A running (or just ended) PTY. Shared as `Arc<Pty>` by the daemon and subscriptions.
 pub struct Pty {
-    binding: Binding,
-    pid: u32,
+    pub(crate) binding: Binding,
+    pub(crate) pid: u32,
     /// The PTY's master side, non-blocking, registered with the reactor (the reader and writer
     /// tasks share it).
-    master: Arc<AsyncFd<OwnedFd>>,
+    pub(crate) master: Arc<AsyncFd<OwnedFd>>,
     input: mpsc::UnboundedSender<Vec<u8>>,
-    pending_input: Arc<AtomicUsize>,
+    pub(crate) pending_input: Arc<AtomicUsize>,
     /// Last `InputSeq` seq applied per writer; its lock also covers the enqueue of that input.
-    input_seq: Mutex<WriterTable>,
-    ring: Arc<Mutex<Ring>>,
+    pub(crate) input_seq: Mutex<WriterTable>,
+    pub(crate) ring: Arc<Mutex<Ring>>,
     progress: watch::Sender<Progress>,
     /// `true` once the child was reaped; signals are only sent while this is `false`.
-    reaped: Arc<Mutex<bool>>,
-    last_output_ms: Arc<AtomicU64>,
+    pub(crate) reaped: Arc<Mutex<bool>>,
+    pub(crate) last_output_ms: Arc<AtomicU64>,
     /// Last input time, ms since the Unix epoch; 0 = never.
-    last_input_ms: AtomicU64,
+    pub(crate) last_input_ms: AtomicU64,
     /// The child's start time (clock ticks since boot), naming its session for the sweep.
-    start_ticks: Option<u64>,
+    pub(crate) start_ticks: Option<u64>,
     /// Replaced by a newer PTY for its pane (rule D); fenced requests refuse it.
     superseded: AtomicBool,
     /// An end was started ([`Pty::kill`]); later requests share its outcome.
@@ -99,12 +101,12 @@ pub struct Pty {
     kill_outcome: watch::Sender<Option<kill::KillOutcome>>,
     size: Mutex<TermSize>,
     /// The terminal model, unless the daemon runs with it off.
-    screen: Option<ScreenFeed>,
-    /// Output counters changed since they were journaled (see [`crate::counters`]).
+    pub(crate) screen: Option<ScreenFeed>,
+    /// Output counters changed since they were journaled (see [`crate::lease::counters`]).
     counters: Arc<CounterNote>,
     /// Held by the reader around each read and by the writer around each write; a live upgrade
     /// takes it once after pausing IO to know that neither touches the master any more.
-    io_gate: Arc<Mutex<()>>,
+    pub(crate) io_gate: Arc<Mutex<()>>,
     /// Lossless consumers' holds: the reader never drops a byte they have not acknowledged.
     holds: Arc<HoldGate>,
 }
@@ -199,7 +201,7 @@ impl Pty {
             size,
             ring: Ring::new(ring_bytes),
             screen,
-            start_ticks: crate::procfs::stat(pid).map(|st| st.start_ticks),
+            start_ticks: crate::pty::procfs::stat(pid).map(|st| st.start_ticks),
             last_output_ms: 0,
             last_input_ms: 0,
             superseded: false,
@@ -302,7 +304,7 @@ impl Pty {
         self.screen.as_ref().map(|f| &f.screen)
     }
 
-    /// The holds of lossless consumers on this PTY's output (see [`crate::hold`]).
+    /// The holds of lossless consumers on this PTY's output (see [`crate::output::hold`]).
     pub fn holds(&self) -> &Arc<HoldGate> {
         &self.holds
     }
@@ -436,9 +438,9 @@ impl Pty {
     ///
     /// # Errors
     /// [`ErrorReply::BadRequest`] for a number that is not a Linux signal number 1–31 (the
-    /// wire's numbering, mapped by [`crate::wire_signal::from_wire`]).
+    /// wire's numbering, mapped by [`crate::pty::wire_signal::from_wire`]).
     pub fn signal(&self, signal: i32) -> Result<(), ErrorReply> {
-        let sig = crate::wire_signal::from_wire(signal)?;
+        let sig = crate::pty::wire_signal::from_wire(signal)?;
         let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
         if *reaped {
             return Ok(());

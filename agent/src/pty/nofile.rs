@@ -2,8 +2,8 @@
 //! back to every program it starts.
 //!
 //! Every PTY costs the daemon its master fd, and each connection one to three more (the socket,
-//! and a bridge's stdin and stdout, [`crate::stdio_pass`]). The soft `RLIMIT_NOFILE` an sshd
-//! session gets is usually 1024 (systemd's default since v240, which leaves the hard limit at
+//! and a bridge's stdin and stdout, [`crate::daemon::stdio_pass`]). The soft `RLIMIT_NOFILE` an
+//! sshd session gets is usually 1024 (systemd's default since v240, which leaves the hard limit at
 //! 524288 for programs that raise their own), so about a thousand panes would fail with
 //! `EMFILE` although the hard limit allows far more. The daemon raises its soft limit to the
 //! hard limit, as systemd.exec(5) recommends and the Go runtime does since 1.19, and every
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The environment variable that carries the original soft limit across a live upgrade's
 /// `execve` (decimal). Read by [`raise`] only; shells never see it (their environment is built
-/// from scratch, [`crate::shell`]).
+/// from scratch, [`crate::pty::shell`]).
 pub const ORIGINAL_ENV: &str = "RELAY_NOFILE_SOFT";
 
 /// Highest soft limit asked for when the hard limit is unlimited and `/proc/sys/fs/nr_open`

@@ -1,4 +1,4 @@
-//! Turning a [`SpawnSpec`] into the [`Program`] that [`crate::spawn`] starts in a PTY.
+//! Turning a [`SpawnSpec`] into the [`Program`] that [`crate::pty::spawn`] starts in a PTY.
 //!
 //! - Empty command: the user's login shell, started as a login shell (argv0 `-bash`, as
 //!   `login` and sshd do). Which shell: `SHELL` in the spec's environment, else the passwd
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{access, AccessFlags, Uid, User};
 use relay_protocol::{ErrorReply, SpawnSpec};
 
-use crate::spawn::Program;
+use crate::pty::spawn::Program;
 
 /// `TERM` when the spec gives none.
 pub const DEFAULT_TERM: &str = "xterm-256color";
@@ -32,7 +32,7 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// A command ready to spawn, and the command line to record on the lease.
 #[derive(Debug)]
 pub struct Prepared {
-    /// What [`crate::spawn::spawn`] starts.
+    /// What [`crate::pty::spawn::spawn`] starts.
     pub program: Program,
     /// Command line for the lease record (`[shell, "-l"]` for the login shell).
     pub command: Vec<String>,

@@ -4,7 +4,7 @@
 //! - The PTY pair is opened close-on-exec from the start (`posix_openpt(O_CLOEXEC)`, then the
 //!   slave by name with `O_CLOEXEC | O_NOCTTY`), so a spawn running at the same time on another
 //!   thread never inherits this pair.
-//! - The child is started with `clone(CLONE_VM | CLONE_VFORK)` (`spawn_child.rs`), like
+//! - The child is started with `clone(CLONE_VM | CLONE_VFORK)` (`spawn/child.rs`), like
 //!   glibc's `posix_spawn`: no copy of the daemon's page tables (a `fork` of an agent holding
 //!   1,000 PTYs copies ~80 MiB of mappings and then takes copy-on-write faults); `fork` on
 //!   glibc before 2.24, whose `clone` wrapper breaks the caller with `CLONE_VM`. Before
@@ -41,9 +41,8 @@ use nix::sys::stat::Mode;
 use nix::unistd::{access, AccessFlags};
 use relay_protocol::TermSize;
 
-use crate::pty_io;
+use crate::pty::io as pty_io;
 
-#[path = "spawn_child.rs"]
 mod child;
 
 pub use child::Stage;
@@ -83,7 +82,7 @@ pub struct Child {
     /// a read gives `EIO` once every process holding the terminal has closed it.
     pub master: OwnedFd,
     /// The child's pid: a session and process group leader whose controlling terminal is the
-    /// PTY. Not reaped here (see [`crate::pty_io::reap`]).
+    /// PTY. Not reaped here (see [`crate::pty::io::reap`]).
     pub pid: u32,
 }
 
@@ -298,5 +297,4 @@ fn find_in(program: &OsStr, dirs: &OsStr) -> Option<std::path::PathBuf> {
 }
 
 #[cfg(test)]
-#[path = "spawn_tests.rs"]
 mod tests;

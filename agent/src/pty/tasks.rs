@@ -13,9 +13,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Pty, Spawned};
-use crate::hold;
-use crate::pty_io;
-use crate::screen::worker;
+use crate::output::hold;
+use crate::output::screen::worker;
+use crate::pty::io as pty_io;
 
 /// Bytes one read takes from a PTY at most.
 const READ_CHUNK: usize = 64 * 1024;
@@ -97,7 +97,7 @@ impl Pty {
                                     // Parsing is CPU work: off the runtime's worker while it
                                     // runs, so other PTYs and connections are not held up.
                                     if feed.screen.must_parse_before(end, capacity, n) {
-                                        crate::session::blocking(|| {
+                                        crate::runtime::blocking(|| {
                                             feed.screen.before_append(&ring, end, capacity, n)
                                         });
                                     }
@@ -197,7 +197,7 @@ impl Spawned {
         tokio::spawn(async move {
             // Resolves once the child exited (an error: the reaper gave up on the pid, which
             // is not our child any more; reaping then reports why).
-            let _ = crate::reaper::exited(pty.pid).await;
+            let _ = crate::pty::reaper::exited(pty.pid).await;
             let status = match reap(&pty).await {
                 Ok(s) => s,
                 Err(e) => {

@@ -16,19 +16,26 @@
 //! new code still cannot read the state, it `fexecve`s the old binary (kept open) with it.
 //!
 //! Layout: here the format; `version.rs` the version rules and installed binaries (sans-IO but
-//! for the directory scan); `probe.rs` running the new binary, writing the state, `execve`.
+//! for the directory scan); `probe.rs` running the new binary, writing the state, `execve`;
+//! `state.rs` the state side (the order, the cut, resuming); `pty.rs` what a PTY hands over.
+//! A terminal model's part of the format, [`HandedScreen`], is the screen's own
+//! ([`crate::output::screen`]).
 
 pub mod probe;
+pub mod pty;
+pub mod state;
 pub mod version;
+
+pub use crate::output::screen::pty_screen::HandedScreen;
+pub use state::DaemonFds;
 
 use std::io;
 use std::os::fd::RawFd;
 
-use relay_protocol::message::Event;
 use relay_protocol::{Binding, Incarnation, PtyId, TermSize};
 use serde::{Deserialize, Serialize};
 
-use crate::input_seq::WriterTable;
+use crate::pty::input_seq::WriterTable;
 
 /// Version of the state format this build writes. Raised whenever [`Handover`] changes shape.
 ///
@@ -80,9 +87,9 @@ pub struct AddedIn2 {
 /// The fields state version 3 appended to a [`Handover`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddedIn3 {
-    /// Lossless consumers' holds per PTY, `(client id, floor offset)` (see [`crate::hold`]):
-    /// the new code holds those bytes until the clients re-attach or the holds lapse, so a
-    /// piped command loses nothing to an upgrade.
+    /// Lossless consumers' holds per PTY, `(client id, floor offset)` (see
+    /// [`crate::output::hold`]): the new code holds those bytes until the clients re-attach or the
+    /// holds lapse, so a piped command loses nothing to an upgrade.
     pub holds: Vec<(PtyId, Vec<(String, u64)>)>,
 }
 
@@ -115,21 +122,6 @@ pub struct HandedPty {
     pub superseded: bool,
     /// Last applied `InputSeq` per writer (a resent input stays written once).
     pub input_seq: WriterTable,
-}
-
-/// A terminal model's state.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct HandedScreen {
-    /// Scrollback lines kept.
-    pub scrollback_lines: usize,
-    /// Output offset the snapshot corresponds to.
-    pub offset: u64,
-    /// Bytes that reproduce screen and scrollback on a fresh terminal of the PTY's size.
-    pub snapshot: Vec<u8>,
-    /// Held events, oldest first.
-    pub events: Vec<Event>,
-    /// Highest event key given out.
-    pub last_key: u64,
 }
 
 /// Why a state file cannot be read.

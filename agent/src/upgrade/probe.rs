@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::version::{Candidate, Version};
-use crate::pty_io::set_cloexec;
+use crate::pty::io::set_cloexec;
 
 /// How long the new binary may take to answer a probe.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -151,7 +151,7 @@ fn run(bin: &Path, args: &[&OsStr]) -> Result<String, String> {
         let said = if said.is_empty() { "(no output)" } else { said };
         return Err(format!(
             "{shown} failed ({status}): {}",
-            crate::logging::plain(said)
+            crate::log::plain(said)
         ));
     }
     Ok(stdout)
@@ -242,11 +242,11 @@ enum Fallback<'a> {
 
 /// This process's environment with `RELAY_HOME` set to `home` (absolute): the daemon runs in
 /// `/`, so a relative `RELAY_HOME` it was started with would name another directory; and with
-/// the original descriptor limit ([`crate::nofile::handover_env`]) when it raised its own.
+/// the original descriptor limit ([`crate::pty::nofile::handover_env`]) when it raised its own.
 fn environment(home: &Path) -> Vec<CString> {
-    let limit = crate::nofile::handover_env().map(|(k, v)| (k.into(), v.into()));
+    let limit = crate::pty::nofile::handover_env().map(|(k, v)| (k.into(), v.into()));
     std::env::vars_os()
-        .filter(|(k, _)| k != "RELAY_HOME" && k != crate::nofile::ORIGINAL_ENV)
+        .filter(|(k, _)| k != "RELAY_HOME" && k != crate::pty::nofile::ORIGINAL_ENV)
         .chain([("RELAY_HOME".into(), home.as_os_str().to_owned())])
         .chain(limit)
         .filter_map(|(k, v)| {

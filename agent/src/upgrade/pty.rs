@@ -1,11 +1,11 @@
-//! What a live upgrade ([`crate::handover`]) needs of a PTY: holding off its reaping, stopping
+//! What a live upgrade ([`crate::upgrade`]) needs of a PTY: holding off its reaping, stopping
 //! and restarting its reader, and the parts that cross `execve`.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
-use super::Pty;
+use crate::pty::Pty;
 
 impl Pty {
     /// Bytes of input queued and not yet written to the PTY.
@@ -26,15 +26,15 @@ impl Pty {
     }
 
     /// Waits until this PTY's reader and writer are out of their current read or write, after
-    /// [`crate::pty_io::pause_io`]: from then on neither touches the master until
-    /// [`crate::pty_io::resume_io`]. Blocks only for one read or write; it needs no runtime
+    /// [`crate::pty::io::pause_io`]: from then on neither touches the master until
+    /// [`crate::pty::io::resume_io`]. Blocks only for one read or write; it needs no runtime
     /// thread (the tasks may all be blocked on locks the caller holds).
     pub fn fence_io(&self) {
         drop(self.io_gate.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// What a handover carries of this PTY besides its lease (IO fenced: the ring is final). Copies the ring and renders the model's snapshot.
-    pub fn parts_for_handover(&self) -> crate::handover::HandedPty {
+    pub fn parts_for_handover(&self) -> crate::upgrade::HandedPty {
         let (ring_start, ring_capacity, ring_bytes) = {
             let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
             (ring.start(), ring.capacity() as u64, ring.to_vec())
@@ -43,7 +43,7 @@ impl Pty {
             .screen
             .as_ref()
             .map(|feed| feed.screen.for_handover(&feed.ring));
-        crate::handover::HandedPty {
+        crate::upgrade::HandedPty {
             binding: self.binding.clone(),
             pid: self.pid,
             master_fd: std::os::fd::AsRawFd::as_raw_fd(self.master.get_ref()),

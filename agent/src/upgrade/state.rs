@@ -1,4 +1,4 @@
-//! The state side of a live upgrade (see [`crate::handover`]): accepting the order, the cut —
+//! The state side of a live upgrade (see [`crate::upgrade`]): accepting the order, the cut —
 //! a consistent stop of every PTY with its state written and the new binary checked — and, in
 //! the new code, resuming from what was handed over.
 //!
@@ -11,50 +11,33 @@
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_protocol::message::{AgentBinary, Upgrade, UpgradeReport, UpgradeStarted};
 use relay_protocol::{EndReason, ErrorReply, PtyId};
 
-use super::State;
 use crate::config::Config;
-use crate::counters::CounterNote;
-use crate::handover::version::{self, Version};
-use crate::handover::{self as format, probe, HandedPty, Handover};
-use crate::hold::HoldGate;
-use crate::journal;
+use crate::lease::counters::CounterNote;
+use crate::lease::journal;
 use crate::lease::{LeaseTable, Phase};
+use crate::now_ms;
+use crate::output::hold::HoldGate;
+use crate::output::ring::Ring;
+use crate::output::screen::PtyScreen;
 use crate::paths::Paths;
+use crate::pty::io as pty_io;
+use crate::pty::io::set_cloexec;
 use crate::pty::{Pty, PtyParts};
-use crate::pty_io;
-use crate::ring::Ring;
-use crate::screen::PtyScreen;
-use crate::{now_ms, pty_io::set_cloexec};
+use crate::state::State;
+use crate::upgrade::version::{self, Version};
+use crate::upgrade::{self as format, probe, HandedPty, Handover};
 
 /// How long the daemon waits for creates, ends and queued input to finish before a cut.
 const SETTLE: Duration = Duration::from_secs(5);
 /// Pause between looks while settling.
 const SETTLE_STEP: Duration = Duration::from_millis(20);
-
-/// The live-upgrade corner of the state.
-#[derive(Default)]
-pub(super) struct UpgradeSlot {
-    /// Where the daemon's files are (set once by the daemon at start).
-    paths: OnceLock<Paths>,
-    /// The accepted order, taken by the daemon loop.
-    order: Mutex<Option<PathBuf>>,
-    notify: tokio::sync::Notify,
-    /// Set from the order until the cut failed (creates are refused meanwhile).
-    under_way: AtomicBool,
-    /// Why the last attempt failed.
-    last_failure: Mutex<Option<String>>,
-    /// The version this code was handed over from.
-    upgraded_from: OnceLock<String>,
-    /// SIGTERM/SIGINT arrived while a handover was under way: stop instead of handing over.
-    stop_requested: AtomicBool,
-}
 
 /// The daemon's own descriptors that cross `execve`.
 #[derive(Debug, Clone, Copy)]
@@ -69,11 +52,6 @@ impl State {
     /// Tells the state where the daemon's files are (`$RELAY_HOME`); needed for upgrades.
     pub fn set_paths(&self, paths: &Paths) {
         let _ = self.inner.upgrade.paths.set(paths.clone());
-    }
-
-    /// Whether an upgrade is under way (creates are refused with a retryable error).
-    pub fn upgrading(&self) -> bool {
-        self.inner.upgrade.under_way.load(Ordering::SeqCst)
     }
 
     /// Waits for an accepted upgrade order; returns the binary to hand over to.

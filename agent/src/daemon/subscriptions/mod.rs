@@ -8,6 +8,8 @@
 //! the reply by [`Session::finish_open`] on the read loop, so every later request of the
 //! connection sees the subscription.
 
+pub mod subscription;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -19,11 +21,12 @@ use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response, Resume};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::hold::Hold;
 use crate::lifecycle::{policy, LeasePolicy};
 use crate::limits;
+use crate::output::hold::Hold;
+use crate::runtime::blocking;
 use crate::state::{Attachment, State};
-use crate::subscription::{Mode, Start, Subscription};
+use subscription::{Mode, Start, Subscription};
 
 /// How many finished opens may wait for the read loop.
 const OPENED_QUEUE: usize = 16;
@@ -147,7 +150,7 @@ impl Session {
     }
 
     /// `AttachLossless` (capability `lossless`): an attach whose subscription holds the PTY
-    /// (see [`crate::hold`]) instead of letting its ring drop bytes this peer has not
+    /// (see [`crate::output::hold`]) instead of letting its ring drop bytes this peer has not
     /// acknowledged.
     ///
     /// # Errors
@@ -444,15 +447,6 @@ impl Session {
         if let Some(sub) = self.subs.get(&req.pty) {
             sub.ack(req.offset);
         }
-    }
-}
-
-/// Runs `f`, which may block for a while, without stalling the runtime's other tasks.
-pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
     }
 }
 

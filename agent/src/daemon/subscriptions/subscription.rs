@@ -24,11 +24,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::credit::Credit;
-use crate::hold::Hold;
+use crate::output::credit::Credit;
+use crate::output::hold::Hold;
+use crate::output::ring::ReadFrom;
+use crate::output::screen::TakenSnapshot;
 use crate::pty::Pty;
-use crate::ring::ReadFrom;
-use crate::screen::TakenSnapshot;
 use crate::state::Attachment;
 
 /// Where a subscription starts.
@@ -55,7 +55,7 @@ impl Start {
 pub enum Mode {
     /// Gaps are reported as `OutputGap`; no events.
     Bytes,
-    /// As `Bytes`, and the subscription holds the PTY (see [`crate::hold`]): its ring never
+    /// As `Bytes`, and the subscription holds the PTY (see [`crate::output::hold`]): its ring never
     /// drops a byte this consumer has not acknowledged, so a gap can only precede the attach.
     Lossless,
     /// Gaps become snapshots; events with a key above `events_after` are forwarded.

@@ -6,13 +6,14 @@
 //! - [`unfinished`]: the escape sequence the output stopped inside (ends every snapshot);
 //! - [`worker`]: the daemon's one thread that keeps models caught up.
 
-#[cfg(test)]
-mod flowing_tests;
 mod model;
 mod plain_lines;
 pub mod pty_screen;
 pub mod unfinished;
 pub mod worker;
+
+#[cfg(test)]
+mod tests;
 
 pub use model::*;
 pub use pty_screen::{PtyScreen, ScreenFeed, TakenSnapshot, MAX_EVENTS};

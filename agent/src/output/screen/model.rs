@@ -559,9 +559,7 @@ impl Matcher {
 }
 
 #[cfg(test)]
-#[path = "model_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "model_measure.rs"]
 mod measure;

@@ -18,10 +18,11 @@ use std::sync::{Arc, Mutex};
 
 use relay_protocol::message::Event;
 use relay_protocol::{PtyId, TermSize};
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::model::{ScreenEvent, TerminalModel, Vt100Model};
-use crate::ring::{ReadFrom, Ring};
+use crate::output::ring::{ReadFrom, Ring};
 
 /// Events kept per PTY for clients that attach later (the oldest are dropped first).
 pub const MAX_EVENTS: usize = 256;
@@ -116,7 +117,7 @@ impl PtyScreen {
     /// old model's snapshot (vt100 has no serializer; the snapshot reproduces screen, scrollback,
     /// modes and an unfinished sequence), positioned at the snapshot's offset, with the old
     /// model's recent events and event keys (so keys are never reused).
-    pub fn resume(pty: PtyId, size: TermSize, handed: crate::handover::HandedScreen) -> Self {
+    pub fn resume(pty: PtyId, size: TermSize, handed: HandedScreen) -> Self {
         let screen = PtyScreen::new(pty, size, handed.scrollback_lines);
         {
             let mut inner = screen.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -132,10 +133,10 @@ impl PtyScreen {
 
     /// What a handover carries of this model: a snapshot at the ring's end (the readers are
     /// stopped, so that is the end of the output), the held events and the last event key.
-    pub fn for_handover(&self, ring: &Mutex<Ring>) -> crate::handover::HandedScreen {
+    pub fn for_handover(&self, ring: &Mutex<Ring>) -> HandedScreen {
         let taken = self.snapshot(ring);
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        crate::handover::HandedScreen {
+        HandedScreen {
             scrollback_lines: self.scrollback_lines,
             offset: taken.offset,
             snapshot: taken.data,
@@ -386,6 +387,21 @@ pub struct ScreenFeed {
     pub screen: Arc<PtyScreen>,
     /// The PTY's ring.
     pub ring: Arc<Mutex<Ring>>,
+}
+
+/// A terminal model's state.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HandedScreen {
+    /// Scrollback lines kept.
+    pub scrollback_lines: usize,
+    /// Output offset the snapshot corresponds to.
+    pub offset: u64,
+    /// Bytes that reproduce screen and scrollback on a fresh terminal of the PTY's size.
+    pub snapshot: Vec<u8>,
+    /// Held events, oldest first.
+    pub events: Vec<Event>,
+    /// Highest event key given out.
+    pub last_key: u64,
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use relay_protocol::{Incarnation, PtyId, TermSize};
 use super::pty_screen::{CaughtUp, PtyScreen, ScreenFeed, TAIL_MAX};
 use super::worker;
 use super::ScreenEvent;
-use crate::ring::Ring;
+use crate::output::ring::Ring;
 
 const SIZE: TermSize = TermSize { cols: 20, rows: 3 };
 

@@ -22,7 +22,7 @@ use std::thread;
 use std::time::Duration;
 
 use super::pty_screen::{CaughtUp, PtyScreen, ScreenFeed};
-use crate::ring::Ring;
+use crate::output::ring::Ring;
 
 type Job = (Weak<PtyScreen>, Weak<Mutex<Ring>>);
 

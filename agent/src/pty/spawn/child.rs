@@ -1,4 +1,4 @@
-//! The child side of [`crate::spawn`]: everything is prepared in the daemon, then
+//! The child side of [`crate::pty::spawn`]: everything is prepared in the daemon, then
 //! `clone(CLONE_VM | CLONE_VFORK)` runs [`child_main`] on a stack of its own, sharing the
 //! daemon's memory until `execve` (as glibc's `posix_spawn` does). No page tables are copied,
 //! whatever the daemon's size, and the calling thread waits only until the program runs.
@@ -195,7 +195,7 @@ pub fn start(plan: &Plan, how: How) -> Result<u32, (Option<Stage>, io::Error)> {
         return Ok(pid as u32);
     }
     // The child exited (127) without running the program: reap it here.
-    let _ = crate::pty_io::reap(pid as u32);
+    let _ = crate::pty::io::reap(pid as u32);
     let stage = match failure >> 32 {
         1 => Stage::Session,
         2 => Stage::Stdio,
@@ -353,8 +353,8 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
     mark_cloexec_from(3);
     // The program gets the descriptor limit the daemon was started with (see `nofile`); a
     // failure leaves it the daemon's higher one, which harms nothing but `select` users.
-    if let Some(soft) = crate::nofile::original_for_children() {
-        crate::nofile::restore_in_child(soft);
+    if let Some(soft) = crate::pty::nofile::original_for_children() {
+        crate::pty::nofile::restore_in_child(soft);
     }
     restore_signals(0);
     // As execvp: try each candidate; remember EACCES, stop at an error other than "not here".

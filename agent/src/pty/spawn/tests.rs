@@ -31,7 +31,7 @@ fn output_of(child: Child) -> String {
     let out = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the child's output ends within 10 s");
-    crate::pty_io::reap(child.pid).expect("our child");
+    crate::pty::io::reap(child.pid).expect("our child");
     String::from_utf8_lossy(&out).replace('\r', "")
 }
 
@@ -240,7 +240,7 @@ fn programs_that_cannot_start_are_explained() {
     let zombies = std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| crate::procfs::stat(pid).map(|st| (pid, st)))
+        .filter_map(|pid| crate::pty::procfs::stat(pid).map(|st| (pid, st)))
         .filter(|(pid, st)| {
             st.ppid == me && st.is_gone() && comm(format!("/proc/{pid}/comm")) == ours
         })

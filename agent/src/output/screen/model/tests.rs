@@ -519,5 +519,4 @@ fn snapshot_over_a_non_fresh_terminal_gives_the_same_state() {
     }
 }
 
-#[path = "model_plain_tests.rs"]
 mod plain;
