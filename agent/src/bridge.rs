@@ -14,9 +14,9 @@
 //! (bounded by that bridge's own start timeout) before it concludes that no agent runs.
 //!
 //! Once connected, the bridge hands its stdin and stdout to the daemon when it runs the same
-//! executable ([`crate::stdio_pass`]): frames then go between the daemon and the pipes without a
-//! copy here, and the bridge only waits for the daemon to close the connection (it must live as
-//! long as the session does). Otherwise it copies.
+//! executable ([`crate::daemon::stdio_pass`]): frames then go between the daemon and the pipes
+//! without a copy here, and the bridge only waits for the daemon to close the connection (it must
+//! live as long as the session does). Otherwise it copies.
 //!
 //! The bridge never writes anything but daemon bytes to stdout; diagnostics go to stderr. A
 //! copying bridge exits when either side closes: stdin EOF half-closes the socket and the bridge
@@ -191,10 +191,10 @@ fn start_daemon(paths: &Paths, deadline: Instant) -> anyhow::Result<()> {
 }
 
 /// Hands stdin and stdout to the daemon and waits for the connection to end, or, where the
-/// daemon does not take them ([`crate::stdio_pass`]), copies stdin → socket and socket →
+/// daemon does not take them ([`crate::daemon::stdio_pass`]), copies stdin → socket and socket →
 /// stdout until one side closes.
 fn pump(stream: UnixStream) -> anyhow::Result<()> {
-    use crate::stdio_pass::{offer, wait_for_close, Offer};
+    use crate::daemon::stdio_pass::{offer, wait_for_close, Offer};
     match offer(&stream).context("handing stdin and stdout to the agent daemon")? {
         Offer::Passed => {
             wait_for_close(&stream);

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::lease::DEFAULT_MAX_ENDED;
 use crate::lifecycle::{policy, HostPolicy};
-use crate::ring::DEFAULT_REPLAY_BYTES;
+use crate::output::ring::DEFAULT_REPLAY_BYTES;
 
 /// Default per-pane credit window in bytes (1 MiB). Overridden by env `RELAY_WINDOW_BYTES`.
 pub const DEFAULT_WINDOW_BYTES: u32 = 1024 * 1024;
@@ -31,7 +31,7 @@ pub struct Config {
     pub exit_output_grace: Duration,
     /// How long a lossless consumer's hold outlives its connection (env
     /// `RELAY_HOLD_GRACE_MS`, default 120 s): time for the client to reconnect and resume with
-    /// every byte; after it the PTY is read on and the hold released (see [`crate::hold`]).
+    /// every byte; after it the PTY is read on and the hold released (see [`crate::output::hold`]).
     pub hold_grace: Duration,
     /// Input bytes queued for one PTY before `Input` is refused with `LimitExceeded`.
     pub max_pending_input: usize,
@@ -43,18 +43,18 @@ pub struct Config {
     /// advertised — for measuring the model's cost).
     pub scrollback_lines: Option<usize>,
     /// Time a request frame may take to arrive once its first byte did (env
-    /// `RELAY_FRAME_TIMEOUT_MS`, default [`crate::inbound::DEFAULT_FRAME_TIMEOUT`]).
+    /// `RELAY_FRAME_TIMEOUT_MS`, default [`crate::limits::DEFAULT_FRAME_TIMEOUT`]).
     pub frame_timeout: Duration,
     /// Memory the bodies of incomplete request frames of all connections may hold together, in
     /// bytes (env `RELAY_INCOMPLETE_FRAMES_BYTES`, default
-    /// [`crate::inbound::DEFAULT_INCOMPLETE_FRAMES_BYTES`]; at least the 1 MiB frame maximum).
+    /// [`crate::limits::DEFAULT_INCOMPLETE_FRAMES_BYTES`]; at least the 1 MiB frame maximum).
     pub incomplete_frames_bytes: usize,
     /// Lifecycle cleanup settings (env `RELAY_UNUSED_GRACE`: `off` or a duration, default `10m`;
     /// `RELAY_IDLE_EXPIRY`: default `off`; `RELAY_SUGGEST_AFTER`: default `1d`). They govern the
     /// PTYs of connections that state a policy (see [`crate::lifecycle`]).
     pub policy: HostPolicy,
     /// Whether a bridge may hand its stdin and stdout to the daemon (env `RELAY_PASS_STDIO`:
-    /// `on`, the default, or `off`: every bridge copies); see [`crate::stdio_pass`].
+    /// `on`, the default, or `off`: every bridge copies); see [`crate::daemon::stdio_pass`].
     pub pass_stdio: bool,
 }
 
@@ -70,9 +70,9 @@ impl Default for Config {
             hold_grace: Duration::from_secs(120),
             max_pending_input: 4 * 1024 * 1024,
             connection_queue: 64,
-            scrollback_lines: Some(crate::screen::DEFAULT_SCROLLBACK_LINES),
-            frame_timeout: crate::inbound::DEFAULT_FRAME_TIMEOUT,
-            incomplete_frames_bytes: crate::inbound::DEFAULT_INCOMPLETE_FRAMES_BYTES,
+            scrollback_lines: Some(crate::output::screen::DEFAULT_SCROLLBACK_LINES),
+            frame_timeout: crate::limits::DEFAULT_FRAME_TIMEOUT,
+            incomplete_frames_bytes: crate::limits::DEFAULT_INCOMPLETE_FRAMES_BYTES,
             policy: HostPolicy::default(),
             pass_stdio: true,
         }

@@ -14,35 +14,32 @@
 //!
 //! # Layout
 //!
-//! Sans-IO core (table-driven unit tests, no processes or sockets):
-//! - [`ring`]: replay ring with absolute offsets;
-//! - [`lease`]: lease table, PTY id minting, binding checks (rules B, C, D);
-//! - [`credit`]: per-subscription credit window;
-//! - [`hold`]: lossless consumers' holds, which keep the ring from dropping bytes they have not
-//!   acknowledged (the PTY is read no further instead);
-//! - [`input_seq`]: per-PTY last applied seq of each input writer (`InputSeq` written once);
+//! One folder per layer; a module imports only from its own layer or the layers below it (top
+//! to bottom; checked by `tests/layers.rs`):
+//!
+//! - [`bridge`]: the bridge entry point (with `main.rs`);
+//! - [`daemon`]: start-up, lock, the serve loop, shutdown; [`daemon::server`] →
+//!   [`daemon::connection`] → [`daemon::dispatch`] / [`daemon::subscriptions`]: accept loop,
+//!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
+//!   their output forwarding tasks; [`daemon::inbound`]: request frames read with bounded
+//!   memory and time; [`daemon::stdio_pass`]: the bridge's stdio handed to the daemon;
+//! - [`upgrade`]: live upgrade — the state handed to a new binary across `execve` in the same
+//!   process, the version rules, the probes of the new binary, the cut and resume of the
+//!   daemon's state, what a PTY hands over;
+//! - [`state`]: the shared daemon state handle (lease book + PTYs + journal + timers) and the
+//!   lease table's transactions;
+//! - [`config`]: env settings, whose defaults belong to the layers below;
+//! - [`pty`]: spawning PTYs, reader/writer/waiter tasks, race-free kill with a sweep of the
+//!   PTY's session, the reaper, `/proc`, orphans of a killed daemon, wire signals, input
+//!   sequencing, the descriptor limit, login shells;
+//! - [`output`]: the replay ring, credit windows, lossless holds, terminal screens (sans-IO);
+//! - [`log`]: the log subscriber, the rotated log file, rate-limited warnings;
+//! - [`lease`]: the lease table, PTY id minting, binding checks (rules B, C, D; sans-IO), the
+//!   journal, replayed and compacted on start, and when output counters are journaled;
 //! - [`lifecycle`]: the cleanup policy as one pure function of observed facts, and the per-lease
 //!   timers that only trigger its re-check;
-//! - [`screen`]: a terminal model per PTY (snapshots with scrollback and alternate screen, events);
-//! - [`limits`]: request size limits and fitting `ListLeases` into a frame;
-//! - [`wire_signal`]: the wire's (Linux) signal numbers mapped to the host's signals.
-//!
-//! IO around it:
-//! - [`pty`] and [`shell`]: spawning PTYs, reader/writer/waiter tasks, race-free kill with a
-//!   sweep of the PTY's session; [`pty_io`]: the PTY master as a plain descriptor; [`procfs`]:
-//!   what the agent reads from `/proc`;
-//! - [`handover`]: live upgrade — the state handed to a new binary across `execve` in the same
-//!   process, the version rules, the probes of the new binary;
-//! - [`journal`]: the lease journal, replayed and compacted on start; [`counters`]: when a PTY's
-//!   output counters are journaled (bounded, never per chunk);
-//! - [`orphan`]: ending PTY processes that outlived a killed daemon, on the next start;
-//! - [`state`]: the shared daemon state handle (lease book + PTYs + journal + timers);
-//! - [`inbound`]: request frames read with bounded memory (all connections) and time;
-//! - [`server`] → [`connection`] → [`dispatch`] / [`session`] → [`subscription`]: accept loop,
-//!   per-connection task, the one exhaustive request `match`, per-connection subscriptions and
-//!   their output forwarding tasks;
-//! - [`daemon`], [`bridge`], [`logging`] ([`log_file`]: rotation, disk reserve, whole lines;
-//!   [`log_limit`]: rate-limited warnings), [`paths`], [`config`]: process plumbing.
+//! - [`limits`], [`paths`], [`runtime`]: request size and frame budgets, `$RELAY_HOME` layout,
+//!   running blocking code on the runtime.
 //!
 //! Architecture invariant: nothing that learns a connection is gone (EOF, error, timeout) ends a
 //! PTY or drops a lease; only `Kill`/`End`, the lifecycle policy after re-verifying every
@@ -55,39 +52,17 @@
 
 pub mod bridge;
 pub mod config;
-pub mod connection;
-pub mod counters;
-pub mod credit;
 pub mod daemon;
-pub mod dispatch;
-pub mod handover;
-pub mod hold;
-pub mod inbound;
-pub mod input_seq;
-pub mod journal;
 pub mod lease;
 pub mod lifecycle;
 pub mod limits;
-pub mod log_file;
-pub mod log_limit;
-pub mod logging;
-pub mod nofile;
-pub mod orphan;
+pub mod log;
+pub mod output;
 pub mod paths;
-pub mod procfs;
 pub mod pty;
-pub mod pty_io;
-pub mod reaper;
-pub mod ring;
-pub mod screen;
-pub mod server;
-pub mod session;
-pub mod shell;
-pub mod spawn;
+pub mod runtime;
 pub mod state;
-pub mod stdio_pass;
-pub mod subscription;
-pub mod wire_signal;
+pub mod upgrade;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> u64 {

@@ -17,11 +17,18 @@
 //! about 66 KiB. 1000 ended leases plus the live ones can therefore still exceed the 1 MiB frame, so
 //! [`fit_leases`] caps the reply: it keeps live leases before ended ones and newer before older,
 //! and the caller logs how many were left out.
+//!
+//! Incomplete request frames of all connections share one memory budget ([`FrameBudget`]) and
+//! each has a time limit ([`DEFAULT_FRAME_TIMEOUT`]); the daemon's frame reader applies them.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use relay_protocol::message::{Inspected, LeaseRow, Leases, PolicyInfo};
 use relay_protocol::{
     ErrorReply, LeaseInfo, LeaseState, Message, PaneKey, Response, SpawnSpec, TermSize,
 };
+use tokio::sync::Semaphore;
 
 /// Longest pane key part (workspace, tab or leaf), in bytes.
 pub const MAX_KEY_PART: usize = 256;
@@ -199,6 +206,34 @@ fn fit<T: Clone>(
         .collect();
     let left_out = count - kept.len();
     (kept, left_out)
+}
+
+/// Default budget for the bodies of incomplete frames across all connections (64 MiB).
+pub const DEFAULT_INCOMPLETE_FRAMES_BYTES: usize = 64 * 1024 * 1024;
+
+/// Default time a frame may take to arrive once its first byte did (60 s: 1 MiB at 17 KB/s).
+pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The memory all connections' incomplete frame bodies may hold together. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct FrameBudget {
+    pub(crate) room: Arc<Semaphore>,
+    total: usize,
+}
+
+impl FrameBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: usize) -> Self {
+        FrameBudget {
+            room: Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))),
+            total: bytes,
+        }
+    }
+
+    /// Bytes currently held by incomplete frames.
+    pub fn held(&self) -> usize {
+        self.total.saturating_sub(self.room.available_permits())
+    }
 }
 
 #[cfg(test)]

@@ -54,13 +54,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::HandoverInfo => {
-            println!("{}", relay_agent::handover::probe::info_line());
+            println!("{}", relay_agent::upgrade::probe::info_line());
             return ExitCode::SUCCESS;
         }
         Cmd::HandoverCheck { fd } => {
-            return match relay_agent::handover::check_fd(fd) {
+            return match relay_agent::upgrade::check_fd(fd) {
                 Ok(n) => {
-                    println!("{}", relay_agent::handover::probe::check_line(n));
+                    println!("{}", relay_agent::upgrade::probe::check_line(n));
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -98,10 +98,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // Read by the connector (bridge) and shown to the user: no escape codes.
             let message = format!("{e:#}");
-            eprintln!(
-                "relay-agent: error: {}",
-                relay_agent::logging::plain(&message)
-            );
+            eprintln!("relay-agent: error: {}", relay_agent::log::plain(&message));
             ExitCode::FAILURE
         }
     }

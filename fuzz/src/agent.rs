@@ -4,9 +4,9 @@
 //! Per input: a new [`State`] (journal in a new temp dir, under `/dev/shm` when there is one) on
 //! a new tokio runtime, and [`connection::serve`] — the function the daemon's accept loop runs
 //! for every connection — on one end of a Unix socket pair. So everything after `accept` is the
-//! agent's own code: hello checks, the read loop, [`dispatch`](relay_agent::dispatch), sessions,
-//! subscriptions, the lease book, the journal, PTYs and their terminal models. The daemon's
-//! process plumbing (fork, lock file, socket path, `SO_PEERCRED`) is not exercised.
+//! agent's own code: hello checks, the read loop, [`dispatch`](relay_agent::daemon::dispatch),
+//! sessions, subscriptions, the lease book, the journal, PTYs and their terminal models. The
+//! daemon's process plumbing (fork, lock file, socket path, `SO_PEERCRED`) is not exercised.
 //!
 //! The peer splits the input into frames as the agent does and sends them one at a time,
 //! waiting for the reply of each request that gets one (so a create has finished before the
@@ -43,8 +43,9 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use relay_agent::config::Config;
+use relay_agent::daemon::connection;
+use relay_agent::limits;
 use relay_agent::state::State;
-use relay_agent::{connection, limits};
 use relay_fuzz_inputs::{AgentInput, HELLO_ID, PLACEHOLDER_INCARNATION};
 use relay_protocol::frame::FrameError;
 use relay_protocol::{

@@ -431,5 +431,4 @@ pub fn known_busy(facts: &Facts) -> Option<Keep> {
 }
 
 #[cfg(test)]
-#[path = "policy_tests.rs"]
 mod tests;

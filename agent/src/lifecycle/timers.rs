@@ -151,5 +151,4 @@ fn fire<O: Owner>(owner: &O, pty: PtyId) {
 }
 
 #[cfg(test)]
-#[path = "timers_tests.rs"]
 mod tests;

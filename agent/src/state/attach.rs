@@ -10,10 +10,10 @@ use relay_protocol::message::{Input, InputSeq, Protect, Resize, Signal as Signal
 use relay_protocol::{Binding, EndReason, ErrorReply, LeaseState, PaneKey, PtyId};
 
 use super::State;
-use crate::input_seq::Applied;
-use crate::journal::Record;
+use crate::lease::journal::Record;
 use crate::lease::LeaseTable;
 use crate::now_ms;
+use crate::pty::input_seq::Applied;
 use crate::pty::Pty;
 
 /// One subscriber's count on a PTY's lease; dropping it detaches (rule A: never ends anything)

@@ -1,4 +1,4 @@
-//! Journaling a live PTY's output counters (see [`crate::counters`] for when and the bound).
+//! Journaling a live PTY's output counters (see [`crate::lease::counters`] for when and the bound).
 
 use std::sync::Arc;
 
@@ -6,8 +6,8 @@ use relay_protocol::{LeaseState, PtyId};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::State;
-use crate::counters::JOURNAL_COUNTERS_EVERY;
-use crate::journal::Record;
+use crate::lease::counters::JOURNAL_COUNTERS_EVERY;
+use crate::lease::journal::Record;
 
 impl State {
     /// Starts the task that journals the counters of each PTY its reader queued, once

@@ -11,8 +11,8 @@ use relay_protocol::message::{Create, Created, Replace};
 use relay_protocol::{Binding, ErrorReply, PaneKey, SpawnSpec};
 
 use super::{Attachment, State};
-use crate::counters::CounterNote;
-use crate::journal::{self, Record};
+use crate::lease::counters::CounterNote;
+use crate::lease::journal::{self, Record};
 use crate::lease::Lease;
 use crate::lifecycle::LeasePolicy;
 use crate::pty::{Pty, Spawned};

@@ -14,7 +14,7 @@ use relay_protocol::message::{End, EndOutcome, EndReport, EndResult, EndWhen, Ki
 use relay_protocol::{Binding, EndReason, ErrorReply, ExitStatus, PtyId};
 
 use super::State;
-use crate::journal::Record;
+use crate::lease::journal::Record;
 use crate::lease::Lease;
 use crate::now_ms;
 use crate::pty::kill::KillWatch;
@@ -35,7 +35,7 @@ impl State {
     /// Called by a PTY's waiter once it ended: records the end, then tells subscribers. While the
     /// daemon stops, the end reason is `AgentRestarted` (what the next incarnation reports), with
     /// the exit status left out of the journal (as for any restart) but output figures kept.
-    pub(super) fn on_exit(&self, pty_id: PtyId, status: ExitStatus) {
+    pub(crate) fn on_exit(&self, pty_id: PtyId, status: ExitStatus) {
         let stopping = self.inner.stopping.load(Ordering::Acquire);
         let mut journal = self.journal();
         let Some((_, pty)) = self.inner.ptys.remove(&pty_id) else {

@@ -12,15 +12,16 @@ use super::State;
 use crate::lease::{Lease, Phase};
 use crate::lifecycle::policy::known_busy;
 use crate::lifecycle::{decide, Children, Facts, Keep, Owner, PolicyEnd, Rule, Timers, Verdict};
+use crate::pty::procfs;
 use crate::pty::Pty;
-use crate::{limits, now_ms, procfs};
+use crate::{limits, now_ms};
 
 /// A read of the process table, or why it failed.
 type Procs = std::io::Result<Vec<(u32, procfs::Stat)>>;
 
 impl State {
     /// (Re-)arms `pty`'s lifecycle timer from its facts now.
-    pub(super) fn arm(&self, pty: PtyId) {
+    pub(crate) fn arm(&self, pty: PtyId) {
         self.inner.timers.arm(self, pty);
     }
 

@@ -27,14 +27,14 @@ mod attach;
 mod counters;
 mod create;
 mod end;
-mod handover;
 mod lifecycle;
 pub mod tails;
 
 use std::collections::HashMap;
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use dashmap::DashMap;
@@ -42,44 +42,63 @@ use relay_protocol::message::{Forgot, Status};
 use relay_protocol::{ErrorReply, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId};
 
 pub use attach::Attachment;
-pub use handover::DaemonFds;
 
 use crate::config::Config;
-use crate::inbound::FrameBudget;
-use crate::journal::{self, Journal, LoadReport, Record};
+use crate::lease::journal::{self, Journal, LoadReport, Record};
 use crate::lease::LeaseTable;
 use crate::lifecycle::Timers;
+use crate::limits::FrameBudget;
+use crate::now_ms;
+use crate::paths::Paths;
+use crate::pty::orphan;
 use crate::pty::Pty;
-use crate::{now_ms, orphan};
 
 /// Handle to the daemon's state; clones share it.
 #[derive(Clone)]
 pub struct State {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    config: Config,
-    incarnation: Incarnation,
-    started_ms: u64,
+pub(crate) struct Inner {
+    pub(crate) config: Config,
+    pub(crate) incarnation: Incarnation,
+    pub(crate) started_ms: u64,
     started: Instant,
     book: Mutex<LeaseTable>,
-    ptys: DashMap<PtyId, Arc<Pty>>,
+    pub(crate) ptys: DashMap<PtyId, Arc<Pty>>,
     journal: Mutex<Journal>,
-    gates: Mutex<HashMap<PaneKey, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) gates: Mutex<HashMap<PaneKey, Arc<tokio::sync::Mutex<()>>>>,
     timers: Timers,
     connections: AtomicU32,
     /// Set by [`State::shutdown`]: PTYs ending now end because the daemon stops.
     stopping: AtomicBool,
-    /// PTYs whose output counters are due for the journal (see [`crate::counters`]).
-    counters: tokio::sync::mpsc::UnboundedSender<PtyId>,
-    /// Memory of all connections' incomplete request frames (see [`crate::inbound`]).
+    /// PTYs whose output counters are due for the journal (see [`crate::lease::counters`]).
+    pub(crate) counters: tokio::sync::mpsc::UnboundedSender<PtyId>,
+    /// Memory of all connections' incomplete request frames (see [`crate::daemon::inbound`]).
     frame_budget: FrameBudget,
     /// Live upgrade: the order for the daemon loop, whether one is under way (creates are
-    /// refused meanwhile) and how the last one went (see [`handover`]).
-    upgrade: handover::UpgradeSlot,
+    /// refused meanwhile) and how the last one went (see [`crate::upgrade`]).
+    pub(crate) upgrade: UpgradeSlot,
     /// Rings of recently ended PTYs, for clients that were away (see [`tails`]).
     tails: Mutex<tails::Tails>,
+}
+
+/// The live-upgrade corner of the state.
+#[derive(Default)]
+pub(crate) struct UpgradeSlot {
+    /// Where the daemon's files are (set once by the daemon at start).
+    pub(crate) paths: OnceLock<Paths>,
+    /// The accepted order, taken by the daemon loop.
+    pub(crate) order: Mutex<Option<PathBuf>>,
+    pub(crate) notify: tokio::sync::Notify,
+    /// Set from the order until the cut failed (creates are refused meanwhile).
+    pub(crate) under_way: AtomicBool,
+    /// Why the last attempt failed.
+    pub(crate) last_failure: Mutex<Option<String>>,
+    /// The version this code was handed over from.
+    pub(crate) upgraded_from: OnceLock<String>,
+    /// SIGTERM/SIGINT arrived while a handover was under way: stop instead of handing over.
+    pub(crate) stop_requested: AtomicBool,
 }
 
 /// Counts a connection while it lives (for `Status`).
@@ -94,7 +113,7 @@ impl Drop for ConnectionGuard {
 impl State {
     /// A new incarnation whose table is loaded from (and compacts) the journal at `journal`.
     /// Processes of earlier incarnations' leases that are still running (their daemon was killed)
-    /// are ended first, with whatever is left in their sessions (see [`crate::orphan`]); then
+    /// are ended first, with whatever is left in their sessions (see [`crate::pty::orphan`]); then
     /// those leases are ended as `AgentRestarted` (or with the reason of an end that was
     /// requested before the restart). Blocks for up to about the kill grace + 1 s when such a
     /// process ignores SIGHUP.
@@ -136,7 +155,7 @@ impl State {
     }
 
     /// A state over `table` (journal rewritten from it), started at `started_ms`.
-    fn with_table(
+    pub(crate) fn with_table(
         config: Config,
         table: LeaseTable,
         journal: &std::path::Path,
@@ -166,7 +185,7 @@ impl State {
                 stopping: AtomicBool::new(false),
                 counters,
                 frame_budget,
-                upgrade: handover::UpgradeSlot::default(),
+                upgrade: UpgradeSlot::default(),
                 tails: Mutex::new(tails::Tails::default()),
             }),
         };
@@ -189,17 +208,22 @@ impl State {
         &self.inner.frame_budget
     }
 
+    /// Whether an upgrade is under way (creates are refused with a retryable error).
+    pub fn upgrading(&self) -> bool {
+        self.inner.upgrade.under_way.load(Ordering::SeqCst)
+    }
+
     /// Registers a connection until the guard drops.
     pub fn connection(&self) -> ConnectionGuard {
         self.inner.connections.fetch_add(1, Ordering::Relaxed);
         ConnectionGuard(self.clone())
     }
 
-    fn book(&self) -> MutexGuard<'_, LeaseTable> {
+    pub(crate) fn book(&self) -> MutexGuard<'_, LeaseTable> {
         self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn journal(&self) -> MutexGuard<'_, Journal> {
+    pub(crate) fn journal(&self) -> MutexGuard<'_, Journal> {
         self.inner.journal.lock().unwrap_or_else(|p| p.into_inner())
     }
 

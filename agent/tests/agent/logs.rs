@@ -5,7 +5,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use relay_agent::log_limit::BURST;
+use relay_agent::log::limit::BURST;
 use relay_protocol::{LeaseState, Request, Response};
 
 use crate::restart::Tmpfs;

@@ -1,5 +1,5 @@
-//! Lossless delivery (`OpenLossless`/`AttachLossless`, `relay_agent::hold`): a consumer that
-//! reads slowly gets every byte because the agent stops reading the PTY instead of overwriting
+//! Lossless delivery (`OpenLossless`/`AttachLossless`, `relay_agent::output::hold`): a consumer
+//! that reads slowly gets every byte because the agent stops reading the PTY instead of overwriting
 //! what that consumer has not acknowledged; the hold is released when the consumer detaches, or
 //! a grace after its connection is gone; other panes keep flowing.
 

@@ -1,7 +1,6 @@
 //! Integration tests of `relay-agent` against the real binary, real PTYs and real processes.
 //! Each test has its own temporary `RELAY_HOME` (so its own daemon), stopped when the test ends.
 
-#[path = "../support/mod.rs"]
 mod support;
 
 mod bridge;

@@ -1,4 +1,4 @@
-//! The daemon's descriptor limit (`relay_agent::nofile`): raised to the hard limit, so that a
+//! The daemon's descriptor limit (`relay_agent::pty::nofile`): raised to the hard limit, so that a
 //! thousand panes fit under the 1024 an sshd session usually gets; every program it starts gets
 //! the soft limit the daemon was started with.
 

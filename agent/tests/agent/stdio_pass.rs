@@ -1,5 +1,5 @@
 //! The bridge hands its stdin and stdout to a daemon of the same executable
-//! (`relay_agent::stdio_pass`), and copies for any other daemon or when the daemon refuses.
+//! (`relay_agent::daemon::stdio_pass`), and copies for any other daemon or when the daemon refuses.
 
 use std::process::{Child, Command};
 
@@ -170,7 +170,7 @@ fn offer_raw(socket: &std::os::unix::net::UnixStream, fds: &[std::os::fd::RawFd]
     let rights = [ControlMessage::ScmRights(fds)];
     sendmsg::<()>(
         socket.as_raw_fd(),
-        &[IoSlice::new(&[relay_agent::stdio_pass::MARKER])],
+        &[IoSlice::new(&[relay_agent::daemon::stdio_pass::MARKER])],
         &rights,
         MsgFlags::empty(),
         None,
@@ -197,7 +197,7 @@ fn fd_count(pid: u32) -> usize {
 #[test]
 fn an_offer_the_daemon_cannot_use_is_refused_and_leaks_nothing() {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
-    use relay_agent::stdio_pass::REFUSED;
+    use relay_agent::daemon::stdio_pass::REFUSED;
     use std::os::fd::AsRawFd;
 
     let home = Home::new();
@@ -264,7 +264,13 @@ fn a_marker_without_descriptors_closes_the_connection_with_no_answer_byte() {
 
     let mut socket = Client::socket(&home);
     socket
-        .write_all(&[relay_agent::stdio_pass::MARKER, 0xff, 0xff, 0xfc, 0x00])
+        .write_all(&[
+            relay_agent::daemon::stdio_pass::MARKER,
+            0xff,
+            0xff,
+            0xfc,
+            0x00,
+        ])
         .unwrap();
     socket.set_read_timeout(Some(WAIT)).unwrap();
     let mut got = Vec::new();
