@@ -1,6 +1,6 @@
 //! relay's connector: the library a desktop app embeds to get terminals that outlive their
-//! connection, plus the `relay` and `relayctl` command-line tools built on it (feature `cli`,
-//! on by default; an app turns it off with `default-features = false`).
+//! connection. The `relay` and `relayctl` command-line tools built on it are the `relay-cli`
+//! crate (`connector/cli`), so embedding the library builds no argument parser.
 //!
 //! An app opens one [`Host`] per SSH destination (or this machine) and keeps it. The host owns a
 //! [`Transport`] (a local child process running `relay-agent bridge`, or an SSH exec channel)
@@ -41,7 +41,6 @@
 //!   progress.
 //! - [`Error`]: one error type, with [`Error::is_transient`] telling "try again" from "a retry
 //!   cannot fix this".
-//! - `bin/relay`, `bin/relayctl`: the command-line tools (feature `cli`).
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
 //! connection was lost (rule A). Only [`Session::kill`] and [`Session::end`] (and

@@ -1,5 +1,10 @@
-//! What the `relay` and `relayctl` binaries share (included by path; not a binary): start-up,
-//! the destination argument and the SSH flags with their terminal callbacks.
+//! What the `relay` and `relayctl` binaries share: start-up, the destination argument and the
+//! SSH flags with their terminal callbacks.
+//!
+//! The binaries live in this crate (`src/bin/relay`, `src/bin/relayctl`) and not in
+//! `relay-connector`, so that an app embedding the library builds no argument parser, log
+//! subscriber or terminal prompt.
+#![deny(missing_docs)]
 
 pub mod destination;
 pub mod ssh_args;

@@ -1,7 +1,7 @@
 //! Command-line definition of `relay` (clap derive); checks what the user typed, nothing more.
 
-use crate::common::destination::Destination;
 use clap::{Args, Parser, Subcommand};
+use relay_cli::destination::Destination;
 use relay_protocol::PaneKey;
 
 /// Terminals that outlive their connection.
@@ -80,7 +80,7 @@ pub struct PaneArgs {
     pub pane: Option<String>,
     /// SSH flags (--accept-new, -F, -i, --port).
     #[command(flatten)]
-    pub ssh: crate::common::ssh_args::SshArgs,
+    pub ssh: relay_cli::ssh_args::SshArgs,
     /// Command to run in a new pane instead of the login shell (after `--`).
     #[arg(last = true, value_name = "CMD", value_parser = CommandWord)]
     pub command: Vec<String>,

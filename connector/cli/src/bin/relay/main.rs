@@ -6,8 +6,6 @@
 //! are printed once, here.
 
 mod cli;
-#[path = "../common/mod.rs"]
-mod common;
 mod escape;
 mod input;
 mod modes;
@@ -49,7 +47,7 @@ fn main() -> ExitCode {
     } else {
         1
     };
-    let result = common::run_on(workers, async {
+    let result = relay_cli::run_on(workers, async {
         match &cli.command {
             cli::Command::Shell(args) => shell::run(args, shell::Mode::Shell).await,
             cli::Command::Attach(args) => shell::run(args, shell::Mode::Attach).await,

@@ -6,11 +6,11 @@ use std::fmt::Display;
 use std::time::SystemTime;
 
 use anyhow::Context;
+use relay_cli::destination::Destination;
 use relay_connector::{Host, PaneHandle, Session};
 use relay_protocol::{ErrorReply, PaneKey, Resume, SpawnSpec, TermSize};
 
 use crate::cli::PaneArgs;
-use crate::common::destination::Destination;
 
 /// Where output of an existing pane starts: on a terminal, its screen (a snapshot: the screen
 /// and a short scrollback, drawn at once, instead of megabytes of history); into a pipe, every

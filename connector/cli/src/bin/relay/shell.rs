@@ -16,6 +16,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
+use relay_cli::destination::Destination;
 use relay_connector::{
     Host, HostOptions, HostState, InputFailures, PaneEvent, PaneHandle, Session,
 };
@@ -24,7 +25,6 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::cli::PaneArgs;
-use crate::common::destination::Destination;
 use crate::escape::{Action, Escapes, HELP};
 use crate::input::InputQueue;
 use crate::pane::{attach, not_attachable, open_pane};

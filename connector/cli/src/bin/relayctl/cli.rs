@@ -21,7 +21,7 @@ pub struct Cli {
     pub ssh: Option<String>,
     /// SSH flags for --ssh (--accept-new, -F, -i, --port).
     #[command(flatten)]
-    pub ssh_args: crate::common::ssh_args::SshArgs,
+    pub ssh_args: relay_cli::ssh_args::SshArgs,
     /// Give up when the agent has not answered a request within SECS seconds (a stopped or
     /// overloaded agent). Also bounds reaching the local agent; an SSH connection has its own
     /// bounds (ConnectTimeout, 30 s for the agent's hello). Ending shells takes the agent up to

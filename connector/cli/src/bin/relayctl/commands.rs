@@ -2,10 +2,10 @@
 //! here; the ones that end or protect shells are in `lifecycle.rs`.
 
 use anyhow::Context;
+use relay_cli::destination::Destination;
 use relay_connector::{ConnectOptions, Session};
 use relay_protocol::Capability;
 
-use crate::common::destination::Destination;
 use crate::lifecycle::Ctl;
 use crate::output::{self, note};
 use crate::render::{self, TagCounts};

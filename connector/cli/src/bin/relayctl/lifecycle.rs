@@ -2,11 +2,11 @@
 //! bindings, show it, ask, act, and print what became of each.
 
 use anyhow::Context;
+use relay_cli::destination::Destination;
 use relay_connector::Session;
 use relay_protocol::message::{EndWhen, LeaseRow};
 use relay_protocol::{Capability, LeaseState, PtyId};
 
-use crate::common::destination::Destination;
 use crate::confirm::confirm;
 use crate::output::{note, show};
 use crate::report::{

@@ -14,8 +14,6 @@
 
 mod cli;
 mod commands;
-#[path = "../common/mod.rs"]
-mod common;
 mod confirm;
 mod lifecycle;
 mod output;
@@ -32,7 +30,7 @@ pub use cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match common::run_on(1, commands::run(&cli)) {
+    match relay_cli::run_on(1, commands::run(&cli)) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::NotAllDone) => ExitCode::FAILURE,
         // `relayctl leases | head -1`: the reader had what it wanted (see output.rs).

@@ -423,5 +423,4 @@ pub fn status_text(
 }
 
 #[cfg(test)]
-#[path = "render_tests.rs"]
 mod tests;

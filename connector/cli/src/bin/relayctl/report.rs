@@ -158,5 +158,4 @@ pub fn forget_report(f: &Forgot) -> String {
 }
 
 #[cfg(test)]
-#[path = "report_tests.rs"]
 mod tests;

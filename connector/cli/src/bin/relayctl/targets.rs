@@ -258,5 +258,4 @@ pub fn parse_pty(s: &str) -> anyhow::Result<PtyId> {
 }
 
 #[cfg(test)]
-#[path = "targets_tests.rs"]
 pub(crate) mod tests;

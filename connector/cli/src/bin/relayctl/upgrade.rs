@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use relay_cli::destination::Destination;
 use relay_connector::Session;
 use relay_protocol::message::UpgradeReport;
 use relay_protocol::Capability;
 
 use crate::commands::{connect, NoAgentRunning};
-use crate::common::destination::Destination;
 use crate::confirm::confirm;
 use crate::output;
 use crate::{Cli, Outcome};

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use relay_cli::ssh_args::SshArgs;
 use relay_connector::ssh::{DeployEvent, SshTransport, UnknownHostKey};
 use relay_connector::{Error, Host, HostOptions, HostState, LocalTransport, Transport};
 use serde_json::{json, Value};
@@ -15,7 +16,6 @@ use super::params::Params;
 use super::rpc::{Out, RpcError};
 use super::wire;
 use super::{done, HostEntry, Server};
-use crate::common::ssh_args::SshArgs;
 
 impl Server {
     /// `host.open {destination, ssh_config?, identity?, port?, accept_new?}` →
