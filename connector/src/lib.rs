@@ -79,13 +79,13 @@
 
 mod error;
 pub mod host;
-pub mod input;
 pub mod lifecycle;
-pub mod local;
 pub mod pane;
 pub mod session;
-pub mod ssh;
 pub mod transport;
+
+pub use host::input;
+pub use transport::{local, ssh};
 
 pub use error::Error;
 pub use host::{Host, HostOptions, HostState, Workspace};

@@ -3,6 +3,13 @@
 //! A transport yields one [`AgentStream`]: a reader and writer that carry relay frames to and from
 //! `relay-agent bridge` (and through it, the agent daemon). The session layer does not know whether
 //! the bytes go through a local child process or an SSH exec channel.
+//!
+//! This module has the [`Transport`] trait and the stream plumbing every transport shares; the
+//! implementations are [`local`] (the bridge as a child process) and [`ssh`] (an exec channel,
+//! deploying the agent when the host lacks it).
+
+pub mod local;
+pub mod ssh;
 
 use std::future::Future;
 use std::pin::Pin;

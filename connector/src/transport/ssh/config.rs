@@ -474,4 +474,34 @@ mod tests {
         let other = fallback("other", Some(&file), Some(99), Some("zed".into())).unwrap();
         assert_eq!(other.display(), "zed@other:99");
     }
+
+    /// `%h`, `%r`, `%n` cannot inject a command into a ProxyCommand, and `%%` and `%p` expand as
+    /// before. The command is run by a real `sh`: what reaches its argv is exactly the value.
+    #[test]
+    fn proxy_command_tokens_are_quoted_for_the_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("injected");
+        let evil = format!("h$(touch {m});touch {m}", m = marker.display());
+        let cfg = parse_ssh_g(
+            "alias",
+            &format!(
+                "hostname {evil}\nuser u`touch {}`\nport 2200\nproxycommand printf '%%s|' %h %r \
+                 %n %p\n",
+                marker.display()
+            ),
+        )
+        .unwrap();
+        let cmd = cfg.expanded_proxy_command().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{evil}|u`touch {}`|alias|2200|", marker.display())
+        );
+        assert!(!marker.exists(), "a substituted value ran a command: {cmd}");
+    }
 }

@@ -5,9 +5,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rand::Rng;
 use russh::client::{Handle, Msg};
 use russh::{Channel, ChannelMsg};
 
+use super::destination::sh_quote;
 use super::handler::{russh_error, ClientHandler};
 use crate::Error;
 
@@ -41,9 +43,10 @@ impl ExecOutput {
     }
 }
 
-/// Quotes `s` for a POSIX shell (single quotes).
-pub(crate) fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
+/// A random line that cannot come from a login shell's noise, printed before a command's own
+/// output.
+pub(crate) fn sentinel() -> String {
+    format!("RELAY-SENTINEL-{:016x}", rand::rng().random::<u64>())
 }
 
 /// Wraps a POSIX sh script so that it runs under `sh` whatever the user's login shell is.

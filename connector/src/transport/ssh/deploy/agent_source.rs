@@ -22,6 +22,10 @@
 
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+
+use super::host_check::{self, GlibcVersion};
+use super::VERSION;
 use crate::Error;
 
 /// Where to find agent binaries for a host's target.
@@ -176,6 +180,44 @@ fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<Vec<PathBuf>, Error> {
 fn is_older(a: &Path, b: &Path) -> bool {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     matches!((modified(a), modified(b)), (Some(a), Some(b)) if a < b)
+}
+
+/// A local agent binary, read and hashed.
+pub(crate) struct LocalAgent {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) sha256: String,
+    /// The highest glibc symbol version it needs (`None`: static, or not glibc-linked).
+    pub(crate) glibc: Option<GlibcVersion>,
+    /// File name on the host: `relay-agent-<version>-<16 hex>`.
+    pub(crate) name: String,
+}
+
+impl LocalAgent {
+    pub(crate) async fn load(path: &Path) -> Result<Self, Error> {
+        let bytes = tokio::fs::read(path).await.map_err(|e| {
+            Error::Deploy(format!("cannot read agent binary {}: {e}", path.display()))
+        })?;
+        let (bytes, sha256, glibc) = tokio::task::spawn_blocking(move || {
+            let hash = hex::encode(Sha256::digest(&bytes));
+            let glibc = host_check::glibc_needed(&bytes);
+            (bytes, hash, glibc)
+        })
+        .await
+        .map_err(|e| Error::Deploy(format!("hashing the agent binary failed: {e}")))?;
+        let glibc = glibc.map_err(|e| {
+            Error::NoAgentBinary(format!(
+                "{} is not a valid agent binary ({e}); rebuild it",
+                path.display()
+            ))
+        })?;
+        let name = format!("relay-agent-{VERSION}-{}", &sha256[..16]);
+        Ok(LocalAgent {
+            bytes,
+            sha256,
+            glibc,
+            name,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! 2. Map the platform to a Rust target (`Linux x86_64` → `x86_64-unknown-linux-gnu`) and find the
 //!    local agent binary for it ([`AgentSource`]). Its sha256 names the remote file:
 //!    `~/.relay/bin/relay-agent-<connector version>-<first 16 hex digits of sha256>`. Check that
-//!    the host can run it ([`host_check`](super::host_check)): a host whose glibc is older than
+//!    the host can run it ([`host_check`]): a host whose glibc is older than
 //!    the binary needs, a musl host or a `noexec` install directory is refused here with the
 //!    cause and the fix, before anything is uploaded or executed.
 //! 3. If that file is absent: **upload** (one exec, module `upload`): gzip-compressed when the
@@ -32,119 +32,32 @@
 //! installed gone or changed: a reconnect runs the bridge command alone (`Installed` is what
 //! it needs to know), which saves the probe's two round trips.
 //!
-//! Where the agent binary comes from: [`AgentSource`] (module `agent_source`).
+//! Where the agent binary comes from: [`AgentSource`] (module `agent_source`, which also reads
+//! and hashes it). What a deploy reports ([`DeployEvent`], [`DeployReport`]) is module `events`,
+//! a leaf that the upload speaks too.
 
-use std::path::Path;
-use std::sync::Arc;
+mod agent_source;
+mod events;
+pub mod host_check;
+mod upload;
+
 use std::time::{Duration, Instant};
 
-use rand::Rng;
 use russh::client::Handle;
-use sha2::{Digest, Sha256};
 
-pub use super::agent_source::{local_target, target_for, AgentSource};
-use super::exec::{self, after_sentinel, sh_command, sh_quote};
+use agent_source::LocalAgent;
+pub use agent_source::{local_target, target_for, AgentSource};
+pub use events::{DeployEvent, DeployReport, ProgressCallback};
+use host_check::HostFacts;
+use upload::{hash_of, Packing};
+
+use super::destination::sh_quote;
+use super::exec::{self, after_sentinel, sentinel, sh_command};
 use super::handler::ClientHandler;
-use super::host_check::{self, GlibcVersion, HostFacts};
-use super::upload::{self, hash_of, Packing};
 use crate::Error;
 
 /// Connector version; deployed agents are named after it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// A deploy step the caller may show (a progress bar, a log line).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeployEvent {
-    /// The host's platform was detected.
-    Probed {
-        /// `uname -sm` output, e.g. `Linux x86_64`.
-        platform: String,
-        /// Rust target, e.g. `x86_64-unknown-linux-gnu`.
-        target: String,
-    },
-    /// An agent binary with the expected name is installed; nothing is uploaded. Its sha256 is
-    /// checked by the bridge command before it runs (a corrupt file is then replaced, with
-    /// [`DeployEvent::Uploading`] and [`DeployEvent::Installed`] following).
-    AlreadyPresent {
-        /// Remote path (with `~`).
-        path: String,
-    },
-    /// Upload progress, in bytes as sent: compressed when the host has `gzip` (then `total` is
-    /// about 40 % of the binary's size).
-    Uploading {
-        /// Bytes sent so far.
-        sent: u64,
-        /// Bytes to send.
-        total: u64,
-    },
-    /// The binary was uploaded, verified and renamed into place.
-    Installed {
-        /// Remote path (with `~`).
-        path: String,
-    },
-}
-
-/// Receives [`DeployEvent`]s. Called on the connecting task: keep it quick.
-pub type ProgressCallback = Arc<dyn Fn(&DeployEvent) + Send + Sync>;
-
-/// What a deploy did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeployReport {
-    /// `uname -sm` output.
-    pub platform: String,
-    /// Rust target of the host.
-    pub target: String,
-    /// Remote path of the agent, relative to the remote home (`.relay/bin/...`).
-    pub remote_path: String,
-    /// Full sha256 of the agent binary (hex).
-    pub sha256: String,
-    /// Whether the binary was uploaded (false: it was already present and its hash matched).
-    pub uploaded: bool,
-    /// Whether an existing file with the right name but a wrong hash was replaced.
-    pub replaced_corrupt: bool,
-    /// Bytes sent by the upload, compressed or not (0 when nothing was uploaded).
-    pub bytes: u64,
-    /// Time the deploy took (probe and upload).
-    pub elapsed: Duration,
-}
-
-/// A local agent binary, read and hashed.
-pub(crate) struct LocalAgent {
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) sha256: String,
-    /// The highest glibc symbol version it needs (`None`: static, or not glibc-linked).
-    glibc: Option<GlibcVersion>,
-    /// File name on the host: `relay-agent-<version>-<16 hex>`.
-    pub(crate) name: String,
-}
-
-impl LocalAgent {
-    async fn load(path: &Path) -> Result<Self, Error> {
-        let bytes = tokio::fs::read(path).await.map_err(|e| {
-            Error::Deploy(format!("cannot read agent binary {}: {e}", path.display()))
-        })?;
-        let (bytes, sha256, glibc) = tokio::task::spawn_blocking(move || {
-            let hash = hex::encode(Sha256::digest(&bytes));
-            let glibc = host_check::glibc_needed(&bytes);
-            (bytes, hash, glibc)
-        })
-        .await
-        .map_err(|e| Error::Deploy(format!("hashing the agent binary failed: {e}")))?;
-        let glibc = glibc.map_err(|e| {
-            Error::NoAgentBinary(format!(
-                "{} is not a valid agent binary ({e}); rebuild it",
-                path.display()
-            ))
-        })?;
-        let name = format!("relay-agent-{VERSION}-{}", &sha256[..16]);
-        Ok(LocalAgent {
-            bytes,
-            sha256,
-            glibc,
-            name,
-        })
-    }
-}
 
 /// Exit status of the bridge command when the installed agent's sha256 is not the expected one
 /// (the file is not executed).
@@ -211,12 +124,6 @@ impl Deployed {
             sha256: self.agent.sha256.clone(),
         }
     }
-}
-
-/// A random line that cannot come from a login shell's noise, printed before a command's own
-/// output.
-pub(crate) fn sentinel() -> String {
-    format!("RELAY-SENTINEL-{:016x}", rand::rng().random::<u64>())
 }
 
 /// Exit status of the bridge command when the host could not hash the installed agent (not a
@@ -459,6 +366,7 @@ pub(crate) fn new_sentinel() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use host_check::GlibcVersion;
 
     #[test]
     fn platforms_map_to_targets() {

@@ -18,9 +18,11 @@ use rand::Rng;
 use russh::client::{Handle, Msg};
 use russh::Channel;
 
-use super::deploy::{sentinel, DeployEvent, DeployReport, LocalAgent, ProgressCallback};
-use super::exec::{self, after_sentinel, sh_command, sh_quote};
-use super::handler::ClientHandler;
+use super::agent_source::LocalAgent;
+use super::events::{DeployEvent, DeployReport, ProgressCallback};
+use crate::transport::ssh::destination::sh_quote;
+use crate::transport::ssh::exec::{self, after_sentinel, sentinel, sh_command};
+use crate::transport::ssh::handler::ClientHandler;
 use crate::Error;
 
 /// Exit status of the upload command when the host could not hash the uploaded file.
