@@ -1,63 +1,20 @@
-//! Auto-deploy of `relay-agent` to a host over exec channels.
-//!
-//! 1. **Probe** (one exec): `uname -sm` after a sentinel line (login shells may print banners,
-//!    motd or `.bashrc` noise first), the sha256 tool found (none: refused, nothing uploaded),
-//!    whether `gzip` is there,
-//!    the C library and its version, the mount options where `~/.relay/bin` lives, plus the
-//!    names of the installed `~/.relay/bin/relay-agent-<version>-*`.
-//! 2. Map the platform to a Rust target (`Linux x86_64` → `x86_64-unknown-linux-gnu`) and find the
-//!    local agent binary for it ([`AgentSource`]). Its sha256 names the remote file:
-//!    `~/.relay/bin/relay-agent-<connector version>-<first 16 hex digits of sha256>`. Check that
-//!    the host can run it ([`host_check`]): a host whose glibc is older than
-//!    the binary needs, a musl host or a `noexec` install directory is refused here with the
-//!    cause and the fix, before anything is uploaded or executed.
-//! 3. If that file is absent: **upload** (one exec, module `upload`): gzip-compressed when the
-//!    probe found `gzip` on the host, written to a unique temp name in the same directory,
-//!    hashed on the host, and only if the hash matches `chmod 700` and `mv -f` over the final
-//!    name (atomic rename; two connectors deploying at once each write their own temp file and
-//!    the last rename wins with identical content). Stale temp files older than an hour are
-//!    removed.
-//! 4. The bridge command checks the file right before `exec`: a regular file of the expected
-//!    size (so a huge file is never hashed), then its sha256 (read from stdin: GNU `sha256sum`
-//!    escapes odd file names); it refuses to run it on a mismatch (exit status
-//!    [`BRIDGE_HASH_MISMATCH`]), and the transport then replaces the corrupt file as in step 3
-//!    and starts the bridge once more. A hash tool that fails is reported as such
-//!    ([`BRIDGE_HASH_FAILED`]), never taken for corruption; a verified file that lost its
-//!    execute bit gets it back. So an unverified binary is never executed, and an
-//!    installed one is hashed once per connect, not twice. The bridge never stops or replaces a
-//!    running daemon: it connects to whatever daemon answers on the version-independent socket
-//!    and Hello/Welcome negotiates.
-//!
-//! Steps 1–3 run on a transport's first connect, and again only when step 4 finds the file it
-//! installed gone or changed: a reconnect runs the bridge command alone (`Installed` is what
-//! it needs to know), which saves the probe's two round trips.
-//!
-//! Where the agent binary comes from: [`AgentSource`] (module `agent_source`, which also reads
-//! and hashes it). What a deploy reports ([`DeployEvent`], [`DeployReport`]) is module `events`,
-//! a leaf that the upload speaks too.
-
-mod agent_source;
-mod events;
-pub mod host_check;
-mod upload;
+//! The deploy steps: probe the host, check that it can run the local agent, upload it when it
+//! is absent, and the bridge command that verifies the installed file before running it (see
+//! the [module documentation](super) for the whole sequence).
 
 use std::time::{Duration, Instant};
 
 use russh::client::Handle;
 
-use agent_source::LocalAgent;
-pub use agent_source::{local_target, target_for, AgentSource};
-pub use events::{DeployEvent, DeployReport, ProgressCallback};
-use host_check::HostFacts;
-use upload::{hash_of, Packing};
-
-use super::destination::sh_quote;
-use super::exec::{self, after_sentinel, sentinel, sh_command};
-use super::handler::ClientHandler;
+use super::agent_source::{target_for, AgentSource, LocalAgent};
+use super::events::{DeployEvent, DeployReport, ProgressCallback};
+use super::host_check::{self, HostFacts};
+use super::upload::{self, hash_of, Packing};
+use super::VERSION;
+use crate::transport::ssh::destination::sh_quote;
+use crate::transport::ssh::exec::{self, after_sentinel, sentinel, sh_command};
+use crate::transport::ssh::handler::ClientHandler;
 use crate::Error;
-
-/// Connector version; deployed agents are named after it.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Exit status of the bridge command when the installed agent's sha256 is not the expected one
 /// (the file is not executed).
@@ -366,6 +323,7 @@ pub(crate) fn new_sentinel() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::ssh::deploy::local_target;
     use host_check::GlibcVersion;
 
     #[test]
