@@ -6,15 +6,17 @@
 //! running", as relayctl never starts an agent — or something requested not done; 2 usage
 //! errors from clap).
 //!
-//! Layout: `cli.rs` (clap), `commands.rs` (connect, dispatch, `leases`, `status`, `stop`),
-//! `lifecycle.rs` (`kill`, `protect`, `gc`, `forget`), `upgrade.rs` (`upgrade`), `targets.rs` (one listing of the leases,
-//! filters, IDs → exact bindings; no IO), `confirm.rs` (the y/N question), `render.rs` (tables,
-//! JSON, durations), `report.rs` (what kill, gc and forget print), `output.rs` (stdout whose
-//! closing by the reader is not an error, stderr notes).
+//! Layout: `cli.rs` (clap), `connect.rs` (the one connection, "no agent running"),
+//! `commands.rs` (dispatch, `leases`, `status`, `stop`), `lifecycle.rs` (`kill`, `protect`,
+//! `gc`, `forget`), `upgrade.rs` (`upgrade`), `targets.rs` (one listing of the leases, filters,
+//! IDs → exact bindings; no IO), `confirm.rs` (the y/N question), `render.rs` (tables, JSON,
+//! durations), `report.rs` (what kill, gc and forget print), `output.rs` (stdout whose closing
+//! by the reader is not an error, stderr notes).
 
 mod cli;
 mod commands;
 mod confirm;
+mod connect;
 mod lifecycle;
 mod output;
 mod render;

@@ -12,8 +12,8 @@ use relay_connector::Session;
 use relay_protocol::message::UpgradeReport;
 use relay_protocol::Capability;
 
-use crate::commands::{connect, NoAgentRunning};
 use crate::confirm::confirm;
+use crate::connect::{connect, NoAgentRunning};
 use crate::output;
 use crate::{Cli, Outcome};
 
