@@ -34,11 +34,13 @@
 //!   of shells with an honest [`KillSummary`] (`kill_all`), end all eligible ([`GcPlan`], `gc`).
 //! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one pane's ordered event stream, credit acks
 //!   and the slow-consumer policy; it knows nothing of connections.
-//! - [`input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects.
+//! - [`host::input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects
+//!   (also reachable as `relay_connector::input`).
 //! - [`transport`]: the [`Transport`] trait and the byte stream ([`AgentStream`]) it yields;
-//!   [`local`] ([`LocalTransport`]) and [`ssh`] ([`SshTransport`](ssh::SshTransport)) implement
-//!   it. Apps give the SSH transport callbacks for passphrases, unknown host keys and deploy
-//!   progress.
+//!   [`transport::local`] ([`LocalTransport`]) and [`transport::ssh`]
+//!   ([`SshTransport`](ssh::SshTransport)) implement it; both are also reachable at the crate root
+//!   (`relay_connector::local`, `relay_connector::ssh`). Apps give the SSH transport callbacks
+//!   for passphrases, unknown host keys and deploy progress.
 //! - [`Error`]: one error type, with [`Error::is_transient`] telling "try again" from "a retry
 //!   cannot fix this".
 //!

@@ -191,7 +191,7 @@ mod tests {
         assert!(Destination::parse("db1:http").is_err());
     }
 
-    /// Issue 10 §3: a destination with shell metacharacters is refused before anything runs;
+    /// A destination with shell metacharacters is refused before anything runs;
     /// the error names the character.
     #[test]
     fn host_and_user_names_with_shell_metacharacters_are_refused_like_openssh() {
