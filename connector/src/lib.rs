@@ -1,6 +1,6 @@
 //! relay's connector: the library a desktop app embeds to get terminals that outlive their
-//! connection, plus the `relay` and `relayctl` command-line tools built on it (feature `cli`,
-//! on by default; an app turns it off with `default-features = false`).
+//! connection. The `relay` and `relayctl` command-line tools built on it are the `relay-cli`
+//! crate (`connector/cli`), so embedding the library builds no argument parser.
 //!
 //! An app opens one [`Host`] per SSH destination (or this machine) and keeps it. The host owns a
 //! [`Transport`] (a local child process running `relay-agent bridge`, or an SSH exec channel)
@@ -34,14 +34,15 @@
 //!   of shells with an honest [`KillSummary`] (`kill_all`), end all eligible ([`GcPlan`], `gc`).
 //! - [`pane`]: [`PaneHandle`] and [`PaneEvent`]: one pane's ordered event stream, credit acks
 //!   and the slow-consumer policy; it knows nothing of connections.
-//! - [`input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects.
+//! - [`host::input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects
+//!   (also reachable as `relay_connector::input`).
 //! - [`transport`]: the [`Transport`] trait and the byte stream ([`AgentStream`]) it yields;
-//!   [`local`] ([`LocalTransport`]) and [`ssh`] ([`SshTransport`](ssh::SshTransport)) implement
-//!   it. Apps give the SSH transport callbacks for passphrases, unknown host keys and deploy
-//!   progress.
+//!   [`transport::local`] ([`LocalTransport`]) and [`transport::ssh`]
+//!   ([`SshTransport`](ssh::SshTransport)) implement it; both are also reachable at the crate root
+//!   (`relay_connector::local`, `relay_connector::ssh`). Apps give the SSH transport callbacks
+//!   for passphrases, unknown host keys and deploy progress.
 //! - [`Error`]: one error type, with [`Error::is_transient`] telling "try again" from "a retry
 //!   cannot fix this".
-//! - `bin/relay`, `bin/relayctl`: the command-line tools (feature `cli`).
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
 //! connection was lost (rule A). Only [`Session::kill`] and [`Session::end`] (and
@@ -80,13 +81,13 @@
 
 mod error;
 pub mod host;
-pub mod input;
 pub mod lifecycle;
-pub mod local;
 pub mod pane;
 pub mod session;
-pub mod ssh;
 pub mod transport;
+
+pub use host::input;
+pub use transport::{local, ssh};
 
 pub use error::Error;
 pub use host::{Host, HostOptions, HostState, Workspace};

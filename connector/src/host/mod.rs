@@ -57,6 +57,7 @@
 
 mod backoff;
 mod heartbeat;
+pub mod input;
 mod panes;
 mod state;
 mod supervisor;

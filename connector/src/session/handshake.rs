@@ -11,7 +11,7 @@
 //! protocol error.
 //!
 //! A bridge that exits without answering is explained by what it printed on stderr, when the
-//! transport collected it (the local transport does: [`crate::local`]), and by its exit status:
+//! transport collected it (the local transport does: [`crate::transport::local`]), and by its exit status:
 //! [`EXIT_NO_AGENT`] (`bridge --no-start` found no daemon) becomes [`Error::NoAgent`], and
 //! [`EXIT_USAGE`] (a bridge that does not know its flags: an older agent) [`Error::Incompatible`].
 

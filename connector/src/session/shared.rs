@@ -432,5 +432,4 @@ impl PaneLink for SessionLink {
 }
 
 #[cfg(test)]
-#[path = "shared_tests.rs"]
 mod tests;

@@ -1,0 +1,272 @@
+//! Where the local agent binary for a host's platform comes from.
+//!
+//! # The default search ([`AgentSource::Default`])
+//!
+//! For a host of Rust target `T`, the first file that exists of:
+//!
+//! 1. `$RELAY_AGENT_DIR/relay-agent-T`;
+//! 2. if `T` is this machine's own target: `$RELAY_AGENT_BIN`;
+//! 3. `<directory of the current executable>/../agents/relay-agent-T`: the portable agents that
+//!    `deploy/build-agents.sh` writes to `target/agents/` (x86_64 Linux agents there need only
+//!    glibc 2.17), found from `target/debug/relay` and `target/release/relay` alike;
+//! 4. if `T` is this machine's own target: `relay-agent` next to the current executable, then one
+//!    directory up (cargo puts test binaries in `target/debug/deps`). Such a native build needs
+//!    the glibc of the machine it was built on, so it reaches hosts of the same or a newer
+//!    distribution only;
+//! 5. `relay-agent-T` next to the current executable.
+//!
+//! A portable agent in `../agents` that is older than the native `relay-agent` next to the
+//! executable (the sources changed since `deploy/build-agents.sh` last ran) comes after the native
+//! build instead: [`AgentSource::candidates`] lists both, and the deploy takes the first one the
+//! host can run (a stale portable agent only where the native one cannot run, with a warning).
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::host_check::{self, GlibcVersion};
+use super::VERSION;
+use crate::Error;
+
+/// Where to find agent binaries for a host's target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum AgentSource {
+    /// The search described in the module documentation.
+    #[default]
+    Default,
+    /// A directory with `relay-agent-<target>` files (for the local target, a plain
+    /// `relay-agent` there is used too).
+    Dir(PathBuf),
+    /// One binary, usable only for hosts of the connector machine's own target.
+    File(PathBuf),
+}
+
+/// The Rust target for a `uname -s` / `uname -m` pair, if relay knows it.
+pub fn target_for(os: &str, machine: &str) -> Option<&'static str> {
+    Some(match (os, machine) {
+        ("Linux", "x86_64" | "amd64") => "x86_64-unknown-linux-gnu",
+        ("Linux", "aarch64" | "arm64") => "aarch64-unknown-linux-gnu",
+        ("Darwin", "x86_64") => "x86_64-apple-darwin",
+        ("Darwin", "arm64" | "aarch64") => "aarch64-apple-darwin",
+        _ => return None,
+    })
+}
+
+/// The target of the machine the connector runs on.
+pub fn local_target() -> Option<&'static str> {
+    let os = match std::env::consts::OS {
+        "linux" => "Linux",
+        "macos" => "Darwin",
+        other => other,
+    };
+    target_for(os, std::env::consts::ARCH)
+}
+
+impl AgentSource {
+    /// Finds the local agent binary for `target`.
+    ///
+    /// # Errors
+    /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
+    pub fn find(&self, target: &str) -> Result<PathBuf, Error> {
+        Ok(self.candidates(target)?.remove(0))
+    }
+
+    /// Every existing agent binary for `target`, best first (never empty): the deploy takes the
+    /// first one the host can run.
+    ///
+    /// # Errors
+    /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
+    pub fn candidates(&self, target: &str) -> Result<Vec<PathBuf>, Error> {
+        let is_local = local_target() == Some(target);
+        let named = format!("relay-agent-{target}");
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        match self {
+            AgentSource::File(p) => {
+                if !is_local {
+                    return Err(Error::NoAgentBinary(format!(
+                        "the host needs an agent for {target}, but the configured agent binary \
+                         {} is for this machine ({}); configure a directory with \
+                         relay-agent-{target} in it",
+                        p.display(),
+                        local_target().unwrap_or("unknown")
+                    )));
+                }
+                candidates.push(p.clone());
+            }
+            AgentSource::Dir(d) => {
+                candidates.push(d.join(&named));
+                if is_local {
+                    candidates.push(d.join("relay-agent"));
+                }
+            }
+            AgentSource::Default => {
+                let exe_dir = std::env::current_exe()
+                    .ok()
+                    .and_then(|e| e.parent().map(Path::to_path_buf));
+                return Self::search_default(&named, is_local, exe_dir.as_deref());
+            }
+        }
+        pick(candidates, target)
+    }
+
+    /// The default search, from the executable's directory `exe_dir`.
+    fn search_default(
+        named: &str,
+        is_local: bool,
+        exe_dir: Option<&Path>,
+    ) -> Result<Vec<PathBuf>, Error> {
+        let target = named.trim_start_matches("relay-agent-");
+        let mut candidates: Vec<PathBuf> = Vec::new();
+        // An empty variable counts as unset.
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        if let Some(d) = var("RELAY_AGENT_DIR") {
+            candidates.push(PathBuf::from(d).join(named));
+        }
+        if is_local {
+            if let Some(p) = var("RELAY_AGENT_BIN") {
+                candidates.push(PathBuf::from(p));
+            }
+        }
+        let portable = exe_dir
+            .and_then(Path::parent)
+            .map(|up| up.join("agents").join(named));
+        candidates.extend(portable.clone());
+        let mut native = Vec::new();
+        if let (true, Some(d)) = (is_local, exe_dir) {
+            native.push(d.join("relay-agent"));
+            native.extend(d.parent().map(|up| up.join("relay-agent")));
+        }
+        candidates.extend(native.iter().cloned());
+        candidates.extend(exe_dir.map(|d| d.join(named)));
+        let mut found = pick(candidates, target)?;
+        // A stale portable agent goes after the native build it is older than.
+        if let (Some(portable), Some(native)) = (&portable, native.iter().find(|p| p.is_file())) {
+            if let Some(at) = found.iter().position(|p| p == portable) {
+                if is_older(portable, native) {
+                    let stale = found.remove(at);
+                    let native_at = found.iter().position(|p| p == native).unwrap_or(at);
+                    found.insert(native_at + 1, stale);
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The existing files of `candidates` (in order, no repeats), or the error listing them all.
+fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<Vec<PathBuf>, Error> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    for p in candidates.iter().filter(|p| p.is_file()) {
+        if !found.contains(p) {
+            found.push(p.clone());
+        }
+    }
+    if !found.is_empty() {
+        return Ok(found);
+    }
+    Err(Error::NoAgentBinary(format!(
+        "no relay-agent binary for {target} (looked at {}); run deploy/build-agents.sh to \
+         build the agents relay deploys, or set RELAY_AGENT_DIR to a directory holding \
+         relay-agent-{target}",
+        candidates
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// Whether `a` was modified before `b` (false when either time is unknown).
+fn is_older(a: &Path, b: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    matches!((modified(a), modified(b)), (Some(a), Some(b)) if a < b)
+}
+
+/// A local agent binary, read and hashed.
+pub(crate) struct LocalAgent {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) sha256: String,
+    /// The highest glibc symbol version it needs (`None`: static, or not glibc-linked).
+    pub(crate) glibc: Option<GlibcVersion>,
+    /// File name on the host: `relay-agent-<version>-<16 hex>`.
+    pub(crate) name: String,
+}
+
+impl LocalAgent {
+    pub(crate) async fn load(path: &Path) -> Result<Self, Error> {
+        let bytes = tokio::fs::read(path).await.map_err(|e| {
+            Error::Deploy(format!("cannot read agent binary {}: {e}", path.display()))
+        })?;
+        let (bytes, sha256, glibc) = tokio::task::spawn_blocking(move || {
+            let hash = hex::encode(Sha256::digest(&bytes));
+            let glibc = host_check::glibc_needed(&bytes);
+            (bytes, hash, glibc)
+        })
+        .await
+        .map_err(|e| Error::Deploy(format!("hashing the agent binary failed: {e}")))?;
+        let glibc = glibc.map_err(|e| {
+            Error::NoAgentBinary(format!(
+                "{} is not a valid agent binary ({e}); rebuild it",
+                path.display()
+            ))
+        })?;
+        let name = format!("relay-agent-{VERSION}-{}", &sha256[..16]);
+        Ok(LocalAgent {
+            bytes,
+            sha256,
+            glibc,
+            name,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_portable_agents_directory_wins_over_the_native_build() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("debug");
+        let agents = root.path().join("agents");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&agents).unwrap();
+        let t = local_target().unwrap();
+        let named = format!("relay-agent-{t}");
+        std::fs::write(bin.join("relay-agent"), b"native").unwrap();
+        let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
+        assert_eq!(
+            found,
+            vec![bin.join("relay-agent")],
+            "no portable agent: the native one"
+        );
+        let set_mtime = |p: &Path, secs: u64| {
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        };
+        std::fs::write(agents.join(&named), b"portable").unwrap();
+        set_mtime(&bin.join("relay-agent"), 1_000_000);
+        set_mtime(&agents.join(&named), 2_000_000);
+        let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
+        assert_eq!(found, vec![agents.join(&named), bin.join("relay-agent")]);
+        // The agent's sources changed since build-agents.sh ran: the native build first.
+        set_mtime(&agents.join(&named), 500_000);
+        let found = AgentSource::search_default(&named, true, Some(&bin)).unwrap();
+        assert_eq!(found, vec![bin.join("relay-agent"), agents.join(&named)]);
+        // Another platform: never the native binary.
+        std::fs::remove_file(agents.join(&named)).unwrap();
+        let other = "relay-agent-aarch64-apple-darwin";
+        let err = AgentSource::search_default(other, false, Some(&bin)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("deploy/build-agents.sh"), "{text}");
+        assert!(
+            text.contains(&agents.join(other).display().to_string()),
+            "{text}"
+        );
+    }
+}
