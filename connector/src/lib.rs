@@ -40,7 +40,9 @@
 //!   it. Apps give the SSH transport callbacks for passphrases, unknown host keys and deploy
 //!   progress.
 //! - [`Error`]: one error type, with [`Error::is_transient`] telling "try again" from "a retry
-//!   cannot fix this".
+//!   cannot fix this"; its variants are kinds to match on (unknown or changed host key, refused
+//!   authentication, refused or timed-out connect, an agent that cannot run, ...), the russh or
+//!   IO error behind one is its `source()`, and [`Error::report`] is the text for a person.
 //! - `bin/relay`, `bin/relayctl`: the command-line tools (feature `cli`).
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
@@ -88,7 +90,7 @@ pub mod session;
 pub mod ssh;
 pub mod transport;
 
-pub use error::Error;
+pub use error::{report, BoxError, Error};
 pub use host::{Host, HostOptions, HostState, Workspace};
 pub use input::{InputFailures, InputWriter};
 pub use lifecycle::{GcCandidate, GcPlan, KillSummary};

@@ -79,7 +79,7 @@ impl AgentSource {
         match self {
             AgentSource::File(p) => {
                 if !is_local {
-                    return Err(Error::NoAgentBinary(format!(
+                    return Err(Error::no_agent_binary(format!(
                         "the host needs an agent for {target}, but the configured agent binary \
                          {} is for this machine ({}); configure a directory with \
                          relay-agent-{target} in it",
@@ -160,7 +160,7 @@ fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<Vec<PathBuf>, Error> {
     if !found.is_empty() {
         return Ok(found);
     }
-    Err(Error::NoAgentBinary(format!(
+    Err(Error::no_agent_binary(format!(
         "no relay-agent binary for {target} (looked at {}); run deploy/build-agents.sh to \
          build the agents relay deploys, or set RELAY_AGENT_DIR to a directory holding \
          relay-agent-{target}",

@@ -121,7 +121,7 @@ pub(crate) struct LocalAgent {
 impl LocalAgent {
     async fn load(path: &Path) -> Result<Self, Error> {
         let bytes = tokio::fs::read(path).await.map_err(|e| {
-            Error::Deploy(format!("cannot read agent binary {}: {e}", path.display()))
+            Error::deploy(format!("cannot read agent binary {}", path.display())).caused_by(e)
         })?;
         let (bytes, sha256, glibc) = tokio::task::spawn_blocking(move || {
             let hash = hex::encode(Sha256::digest(&bytes));
@@ -129,12 +129,13 @@ impl LocalAgent {
             (bytes, hash, glibc)
         })
         .await
-        .map_err(|e| Error::Deploy(format!("hashing the agent binary failed: {e}")))?;
+        .map_err(|e| Error::deploy("hashing the agent binary failed").caused_by(e))?;
         let glibc = glibc.map_err(|e| {
-            Error::NoAgentBinary(format!(
-                "{} is not a valid agent binary ({e}); rebuild it",
+            Error::no_agent_binary(format!(
+                "{} is not a valid agent binary (rebuild it)",
                 path.display()
             ))
+            .caused_by(e)
         })?;
         let name = format!("relay-agent-{VERSION}-{}", &sha256[..16]);
         Ok(LocalAgent {
@@ -273,7 +274,7 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
         parts.next().unwrap_or_default(),
     );
     let Some(target) = target_for(os, machine) else {
-        return Err(Error::NoAgentBinary(format!(
+        return Err(Error::no_agent_binary(format!(
             "the host runs {platform:?}; relay has no agent build for that platform \
              (supported: Linux x86_64/aarch64, macOS x86_64/arm64)"
         )));
@@ -338,7 +339,7 @@ pub(crate) async fn ensure_agent(
     let out = exec::run(handle, &sh_command(&probe), None, &mut |_, _| {}).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let Some(answer) = after_sentinel(&stdout, &mark) else {
-        return Err(Error::Deploy(format!(
+        return Err(Error::deploy(format!(
             "the host did not run the probe command ({}; stderr: {:?}); is `sh` \
              available and does the login shell allow running commands?",
             exec::status_text(out.status),
@@ -353,7 +354,7 @@ pub(crate) async fn ensure_agent(
     });
 
     // 2. The local binary for that target: the first candidate the host can run.
-    let mut refused = None;
+    let mut refused: Option<Error> = None;
     let mut chosen = None;
     for path in source.candidates(target)? {
         // An unreadable or broken candidate is skipped like one the host cannot run.
@@ -367,8 +368,9 @@ pub(crate) async fn ensure_agent(
             Ok(agent) => {
                 if let Some(e) = &refused {
                     tracing::warn!(
-                        "deploying {} instead: {e}; run deploy/build-agents.sh if it is out of date",
-                        path.display()
+                        "deploying {} instead: {}; run deploy/build-agents.sh if it is out of date",
+                        path.display(),
+                        e.report()
                     );
                 }
                 chosen = Some(agent);
