@@ -532,4 +532,30 @@ mod tests {
             "a changed key is never asked about"
         );
     }
+
+    /// A known_hosts file that cannot be written is a host key error whose source is the IO
+    /// error, and the report names the file and the cause as the message did before.
+    #[test]
+    fn an_unwritable_known_hosts_keeps_the_io_error_as_source() {
+        use std::error::Error as _;
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        let file = not_a_dir.join("known_hosts");
+        let err = accept("h", &key(KEY_A), std::slice::from_ref(&file)).unwrap_err();
+        assert!(matches!(err, Error::HostKey { .. }), "{err:?}");
+        assert!(!err.is_transient());
+        let io = err
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the io error is the source");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotADirectory, "{io}");
+        assert_eq!(
+            err.report(),
+            format!(
+                "host key: cannot record the host key of h in {}: {io}",
+                file.display()
+            )
+        );
+    }
 }
