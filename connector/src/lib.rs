@@ -42,7 +42,9 @@
 //!   (`relay_connector::local`, `relay_connector::ssh`). Apps give the SSH transport callbacks
 //!   for passphrases, unknown host keys and deploy progress.
 //! - [`Error`]: one error type, with [`Error::is_transient`] telling "try again" from "a retry
-//!   cannot fix this".
+//!   cannot fix this"; its variants are kinds to match on (unknown or changed host key, refused
+//!   authentication, refused or timed-out connect, an agent that cannot run, ...), the russh or
+//!   IO error behind one is its `source()`, and [`Error::report`] is the text for a person.
 //!
 //! Architecture invariant: nothing in this crate ends a PTY or forgets a lease because a
 //! connection was lost (rule A). Only [`Session::kill`] and [`Session::end`] (and
@@ -89,7 +91,7 @@ pub mod transport;
 pub use host::input;
 pub use transport::{local, ssh};
 
-pub use error::Error;
+pub use error::{report, BoxError, Error};
 pub use host::{Host, HostOptions, HostState, Workspace};
 pub use input::{InputFailures, InputWriter};
 pub use lifecycle::{GcCandidate, GcPlan, KillSummary};

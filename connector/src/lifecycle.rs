@@ -214,7 +214,7 @@ impl Session {
             match self.end(batch, when).await {
                 Ok(report) => results.extend(reconcile(batch, report)),
                 Err(e) => {
-                    let why = format!("outcome unknown: {e}");
+                    let why = format!("outcome unknown: {}", e.report());
                     results.extend(unknown(batch, &why));
                     failure = Some(why);
                 }
@@ -235,7 +235,7 @@ impl Session {
             let leases = match self.list_leases().await {
                 Ok(leases) => leases,
                 Err(e) => {
-                    last_error = Some(e.to_string());
+                    last_error = Some(e.report());
                     break;
                 }
             };
@@ -286,7 +286,7 @@ fn kill_outcome(reply: Result<(), Error>) -> Option<EndOutcome> {
             EndOutcome::Refused { why: e.to_string() }
         }
         _ => EndOutcome::Unverified {
-            why: format!("outcome unknown: {e}"),
+            why: format!("outcome unknown: {}", e.report()),
         },
     })
 }

@@ -25,8 +25,8 @@ async fn a_bridge_that_exits_before_answering_is_quoted_in_the_handshake_error()
         ..LocalConfig::default()
     });
     let err = Session::connect(&transport, "t").await.unwrap_err();
-    let msg = err.to_string();
-    assert!(matches!(err, Error::BridgeExited(_)), "{msg}");
+    let msg = err.report();
+    assert!(matches!(err, Error::BridgeExited { .. }), "{msg}");
     assert!(
         msg.contains("create /ro/run: Read-only file system (os error 30)"),
         "{msg}"

@@ -24,7 +24,7 @@ impl Destination {
     /// [`Error::Config`] when both `--local` and a host were given.
     pub fn from_args(local: bool, host: Option<&str>) -> Result<Destination, Error> {
         match (local, host) {
-            (true, Some(h)) => Err(Error::Config(format!(
+            (true, Some(h)) => Err(Error::config(format!(
                 "both --local and host {h:?} were given; pick one"
             ))),
             (_, None) => Ok(Destination::Local),

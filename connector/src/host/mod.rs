@@ -258,7 +258,7 @@ impl Host {
                 return Ok(live.session);
             }
             match &*states.borrow_and_update() {
-                HostState::Failed { error } => return Err(Error::HostDown(error.to_string())),
+                HostState::Failed { error } => return Err(Error::HostDown(error.report())),
                 HostState::Closed => return Err(Error::HostDown("the host was closed".into())),
                 _ => {}
             }
@@ -388,7 +388,7 @@ impl Host {
             .inner
             .live()
             .filter(|l| l.session.same_connection(session))
-            .ok_or_else(|| Error::ConnectionLost(self.inner.registry().last_loss.clone()))?;
+            .ok_or_else(|| Error::connection_lost(self.inner.registry().last_loss.clone()))?;
         let (sink, queue) = PaneSink::new(session.queue_cap());
         let route = Route::host(sink.clone(), RouteStart::Fresh);
         let resp = session.subscribe_route(req, route).await?;

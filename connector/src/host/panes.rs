@@ -358,11 +358,10 @@ pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, li
                 settle(SlotLink::Waiting);
             }
             _ => {
-                tracing::info!(%binding, error = %e, "re-attach unresolved; kept for the next connection");
+                tracing::info!(%binding, error = %e.report(), "re-attach unresolved; kept for the next connection");
                 if settle(SlotLink::Waiting) {
-                    slot.sink.event(PaneEvent::Unresolved {
-                        reason: e.to_string(),
-                    });
+                    slot.sink
+                        .event(PaneEvent::Unresolved { reason: e.report() });
                 }
             }
         },

@@ -98,11 +98,12 @@ impl fmt::Display for HostState {
                 ..
             } => write!(
                 f,
-                "connection lost ({last_error}); reconnecting in {:.1} s, attempt {}",
+                "connection lost ({}); reconnecting in {:.1} s, attempt {}",
+                last_error.report(),
                 self.retry_in().unwrap_or_default().as_secs_f64(),
                 attempt + 1
             ),
-            HostState::Failed { error } => write!(f, "failed: {error}"),
+            HostState::Failed { error } => write!(f, "failed: {}", error.report()),
             HostState::Closed => write!(f, "closed"),
         }
     }

@@ -58,10 +58,10 @@ pub(crate) async fn run(inner: Arc<HostInner>) {
                     lived_ms = lived.as_millis() as u64,
                     "connection lost; reconnecting"
                 );
-                Error::ConnectionLost(reason)
+                Error::connection_lost(reason)
             }
             Err(e) if !e.is_transient() => {
-                tracing::info!(destination = %inner.destination, error = %e, "connect failed for good");
+                tracing::info!(destination = %inner.destination, error = %e.report(), "connect failed for good");
                 inner.set_state(HostState::Failed { error: Arc::new(e) });
                 tokio::select! {
                     () = inner.wake.notified() => {}
@@ -72,7 +72,7 @@ pub(crate) async fn run(inner: Arc<HostInner>) {
                 continue;
             }
             Err(e) => {
-                tracing::info!(destination = %inner.destination, error = %e, attempt, "connect failed; will retry");
+                tracing::info!(destination = %inner.destination, error = %e.report(), attempt, "connect failed; will retry");
                 e
             }
         };

@@ -60,21 +60,23 @@ pub(crate) fn opening(client_id: &str, policy: Option<&str>) -> Result<Bytes, Er
         &mut frames,
     )
     .map_err(|e| {
-        Error::Config(format!(
-            "the client id ({} bytes) does not fit in a hello: {e}; use a short id",
+        Error::config(format!(
+            "the client id ({} bytes) does not fit in a hello (use a short id)",
             client_id.len()
         ))
+        .caused_by(e)
     })?;
     if let Some(spec) = policy {
         let request = Request::SetPolicy(SetPolicy {
             spec: spec.to_string(),
         });
         encode(Message::Request(POLICY_ID, request), &mut frames).map_err(|e| {
-            Error::Config(format!(
-                "the cleanup policy ({} bytes) does not fit in a frame: {e}; state a short \
-                 policy such as \"unused=10m\"",
+            Error::config(format!(
+                "the cleanup policy ({} bytes) does not fit in a frame (state a short policy \
+                 such as \"unused=10m\")",
                 spec.len()
             ))
+            .caused_by(e)
         })?;
     }
     Ok(frames.freeze())
@@ -126,13 +128,13 @@ pub(crate) async fn run(
                 .get_ref()
                 .is_some_and(|e| e.downcast_ref::<BridgeEnd>().is_some()) =>
         {
-            Err(bridge_ended(&io, destination))
+            Err(bridge_ended(io, destination))
         }
         Some(Err(FrameError::Io(io))) => match guard.failure().await {
-            Some(exit) => Err(Error::BridgeExited(format!(
-                "reading the welcome from {destination} failed: {io}; the agent bridge \
-                 exited{exit}"
-            ))),
+            Some(exit) => Err(Error::bridge_exited(format!(
+                "reading the welcome from {destination} failed; the agent bridge exited{exit}"
+            ))
+            .caused_by(io)),
             None => Err(frame_error(FrameError::Io(io), destination)),
         },
         Some(Err(e)) => Err(frame_error(e, destination)),
@@ -147,14 +149,14 @@ pub(crate) async fn run(
 /// The bridge ended before the welcome, as its transport reported it in `io` (a [`BridgeEnd`]):
 /// [`Error::AgentCannotRun`] when the host could not execute the agent, else
 /// [`Error::BridgeExited`].
-fn bridge_ended(io: &std::io::Error, destination: &str) -> Error {
+fn bridge_ended(io: std::io::Error, destination: &str) -> Error {
     match io.get_ref().and_then(|e| e.downcast_ref::<BridgeEnd>()) {
         Some(end) if end.cannot_run => Error::AgentCannotRun(format!(
             "{destination} could not execute the agent: {}; if the C library is the cause, \
              run deploy/build-agents.sh to build agents that need only glibc 2.17",
             end.text
         )),
-        _ => Error::BridgeExited(format!("on {destination}: {io}")),
+        _ => Error::bridge_exited(format!("on {destination}")).caused_by(io),
     }
 }
 
@@ -176,7 +178,7 @@ fn exit_error(code: Option<i32>, destination: &str, start_agent: bool) -> Option
 
 /// The stream ended before the welcome; `exit` is how the bridge ended, when the transport knows.
 fn closed_early(destination: &str, exit: Option<String>) -> Error {
-    Error::BridgeExited(match exit {
+    Error::bridge_exited(match exit {
         Some(exit) => format!("the agent bridge on {destination} exited before answering{exit}"),
         None => format!(
             "the agent bridge on {destination} closed the stream before answering; see \
@@ -204,9 +206,10 @@ fn frame_error(e: FrameError, destination: &str) -> Error {
             format!("reading the welcome from {destination} failed: {io}; {HINT}"),
         ),
         // A reset or a dropped link: a retry may succeed.
-        FrameError::Io(io) => Error::ConnectionLost(format!(
-            "reading the welcome from {destination} failed: {io}"
-        )),
+        FrameError::Io(io) => {
+            Error::connection_lost(format!("reading the welcome from {destination} failed"))
+                .caused_by(io)
+        }
     }
 }
 
@@ -358,9 +361,12 @@ mod tests {
             cannot_run: false,
         })
         .await;
-        assert!(matches!(err, Error::BridgeExited(_)), "{err:?}");
+        assert!(matches!(err, Error::BridgeExited { .. }), "{err:?}");
         assert!(err.is_transient());
-        assert!(err.to_string().contains("cannot create /ro"), "{err}");
+        // The bridge's own account is the source; a person sees it in the report.
+        let io = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert!(io.is_some(), "{err:?}");
+        assert!(err.report().contains("cannot create /ro"), "{err:?}");
     }
 
     #[test]

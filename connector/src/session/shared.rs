@@ -159,7 +159,7 @@ impl Shared {
     pub(crate) fn register(&self, id: u64, pending: Pending) -> Result<(), Error> {
         let mut st = self.state();
         if let Some(reason) = &st.closed {
-            return Err(Error::ConnectionLost(reason.clone()));
+            return Err(Error::connection_lost(reason.clone()));
         }
         st.pending.insert(id, pending);
         Ok(())
@@ -187,7 +187,7 @@ impl Shared {
 
     /// The error for requests on a closed connection.
     pub(crate) fn lost(&self) -> Error {
-        Error::ConnectionLost(
+        Error::connection_lost(
             self.closed_reason()
                 .unwrap_or_else(|| "the session was closed".to_string()),
         )
@@ -212,7 +212,7 @@ impl Shared {
         tracing::debug!(%reason, "agent connection closed");
         for (_, p) in pending {
             let (Pending::Reply(tx) | Pending::Attach(tx, _)) = p;
-            let _ = tx.send(Err(Error::ConnectionLost(reason.clone())));
+            let _ = tx.send(Err(Error::connection_lost(reason.clone())));
         }
         for (_, route) in routes {
             if !route.survives {

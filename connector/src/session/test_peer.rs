@@ -23,7 +23,7 @@ struct Scripted(Mutex<Option<AgentStream>>);
 impl Transport for Scripted {
     fn open(&self, _: OpenOptions) -> OpenFuture<'_> {
         let stream = self.0.lock().unwrap().take();
-        Box::pin(async move { stream.ok_or_else(|| Error::Spawn("opened twice".into())) })
+        Box::pin(async move { stream.ok_or_else(|| Error::spawn("opened twice")) })
     }
 
     fn describe(&self) -> String {

@@ -133,9 +133,9 @@ impl LocalTransport {
         for (k, v) in &self.config.env {
             cmd.env(k, v);
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| Error::Spawn(format!("cannot run `{} bridge`: {e}", bin.display())))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            Error::spawn(format!("cannot run `{} bridge`", bin.display())).caused_by(e)
+        })?;
         let stdin = child.stdin.take().expect("stdin was piped");
         let stdout = child.stdout.take().expect("stdout was piped");
         let stderr = child.stderr.take().map(StderrTail::collect);
@@ -361,7 +361,7 @@ pub fn locate_agent(explicit: Option<&Path>) -> Result<PathBuf, Error> {
         }
         looked.push("$PATH".to_string());
     }
-    Err(Error::NoAgentBinary(format!(
+    Err(Error::no_agent_binary(format!(
         "{AGENT_BIN_NAME} not found (looked in: {}); build it with `cargo build --workspace --bins`, \
          put it on PATH, or set {AGENT_BIN_ENV}",
         looked.join(", ")
@@ -372,7 +372,7 @@ fn check_explicit(path: &Path, source: &str) -> Result<PathBuf, Error> {
     if is_executable(path) {
         Ok(path.to_path_buf())
     } else {
-        Err(Error::NoAgentBinary(format!(
+        Err(Error::no_agent_binary(format!(
             "{source} points at {}, which is not an executable file; fix the path or unset it",
             path.display()
         )))
@@ -407,7 +407,7 @@ mod tests {
         let err = locate_agent(Some(Path::new("/nonexistent/relay-agent"))).unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("/nonexistent/relay-agent"), "{msg}");
-        assert!(matches!(err, Error::NoAgentBinary(_)));
+        assert!(matches!(err, Error::NoAgentBinary { .. }));
     }
 
     #[test]

@@ -198,7 +198,7 @@ async fn a_permanent_failure_is_failed_with_the_fix_and_retry_now_tries_again() 
     let HostState::Failed { error } = failed else {
         unreachable!()
     };
-    assert!(matches!(*error, Error::NoAgentBinary(_)), "{error}");
+    assert!(matches!(*error, Error::NoAgentBinary { .. }), "{error}");
     assert!(error.to_string().contains("no-such-agent"), "{error}");
     assert_eq!(
         states.count(|s| matches!(s, HostState::Reconnecting { .. })),

@@ -348,7 +348,8 @@ async fn a_shell_banner_before_the_welcome_gives_a_clear_hint() {
             .await
             .unwrap_err();
         tries += 1;
-        if !err.to_string().contains("Text file busy") || tries == 20 {
+        // The spawn failure's cause is its source: the report shows it.
+        if !err.report().contains("Text file busy") || tries == 20 {
             break err;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

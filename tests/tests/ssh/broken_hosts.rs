@@ -16,7 +16,7 @@ async fn deploy_error(host: &SshHost) -> String {
         panic!("connect succeeded on a broken host");
     };
     // The property is "a clear error, no hang": the 30 s timeout above bounds it.
-    let Error::Deploy(msg) = &err else {
+    let Error::Deploy { message: msg, .. } = &err else {
         panic!("expected a deploy error, got {err:?}");
     };
     msg.clone()

@@ -8,7 +8,7 @@ async fn unknown_host_key_is_refused_with_its_fingerprint() {
     let host = SshHost::start().await.unwrap();
     let transport = SshTransport::new(options(&host)); // empty known_hosts
     let err = Session::connect(&transport, "ssh-tests").await.unwrap_err();
-    let Error::HostKey(msg) = &err else {
+    let Error::HostKey { message: msg, .. } = &err else {
         panic!("expected a host key error, got {err:?}");
     };
     assert!(!err.is_transient());

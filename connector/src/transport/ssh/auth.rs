@@ -94,7 +94,7 @@ pub(crate) async fn authenticate(
                             Err(e) => tried.push(format!("{label}: agent error {e}")),
                         }
                         if handle.is_closed() {
-                            return Err(Error::Ssh(format!(
+                            return Err(Error::ssh(format!(
                                 "{} closed the connection during authentication",
                                 cfg.display()
                             )));

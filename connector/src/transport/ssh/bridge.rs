@@ -167,7 +167,7 @@ impl BridgeReader {
         };
         let stderr = self.stderr_text();
         if let Some(lost) = lost_reason(&self.lost) {
-            return Error::Ssh(format!(
+            return Error::ssh(format!(
                 "the connection was lost while the agent bridge started ({lost})"
             ));
         }
@@ -175,7 +175,7 @@ impl BridgeReader {
         if cannot_execute(self.exit_status, &stderr) {
             Error::AgentCannotRun(text)
         } else {
-            Error::BridgeExited(text)
+            Error::bridge_exited(text)
         }
     }
 

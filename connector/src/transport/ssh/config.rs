@@ -151,7 +151,7 @@ pub async fn resolve(destination: &str, opts: &ResolveOptions) -> Result<HostCon
     let port = opts.port.or(dest.port);
     if let Some(file) = &opts.config_file {
         if !file.is_file() {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "ssh config file {} does not exist or is not a file",
                 file.display()
             )));
@@ -171,7 +171,7 @@ pub async fn resolve(destination: &str, opts: &ResolveOptions) -> Result<HostCon
             let host = dest.host.clone();
             tokio::task::spawn_blocking(move || fallback(&host, file.as_deref(), port, user))
                 .await
-                .map_err(|e| Error::Config(format!("config parser task failed: {e}")))?
+                .map_err(|e| Error::config("config parser task failed").caused_by(e))?
         }
     }
 }
@@ -202,11 +202,11 @@ async fn ssh_g(
     let out = match cmd.output().await {
         Ok(out) => out,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::Config(format!("cannot run `ssh -G {host}`: {e}"))),
+        Err(e) => return Err(Error::config(format!("cannot run `ssh -G {host}`")).caused_by(e)),
     };
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return Err(Error::Config(format!(
+        return Err(Error::config(format!(
             "`ssh -G {host}` failed ({}): {}",
             out.status,
             stderr.trim()
@@ -246,7 +246,7 @@ pub fn parse_ssh_g(alias: &str, text: &str) -> Result<HostConfig, Error> {
             "port" => {
                 cfg.port = value
                     .parse()
-                    .map_err(|_| Error::Config(format!("ssh -G printed port {value:?}")))?
+                    .map_err(|_| Error::config(format!("ssh -G printed port {value:?}")))?
             }
             "identityfile" => cfg.identity_files.push(expand_tilde(value)),
             "identitiesonly" => cfg.identities_only = is_yes(value),
@@ -273,7 +273,7 @@ pub fn parse_ssh_g(alias: &str, text: &str) -> Result<HostConfig, Error> {
         }
     }
     if cfg.hostname.is_empty() || cfg.user.is_empty() || cfg.port == 0 {
-        return Err(Error::Config(format!(
+        return Err(Error::config(format!(
             "ssh -G {alias} printed no hostname, user or port; is the ssh client OpenSSH?"
         )));
     }
@@ -299,8 +299,9 @@ fn fallback(
     };
     let config = match &path {
         Some(path) => {
-            let f = std::fs::File::open(path)
-                .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+            let f = std::fs::File::open(path).map_err(|e| {
+                Error::config(format!("cannot read {}", path.display())).caused_by(e)
+            })?;
             let mut reader = std::io::BufReader::new(f);
             let mut config = SshConfig::default();
             if let Some(home) = home_dir() {
@@ -311,7 +312,9 @@ fn fallback(
                     &mut reader,
                     ParseRule::ALLOW_UNKNOWN_FIELDS | ParseRule::ALLOW_UNSUPPORTED_FIELDS,
                 )
-                .map_err(|e| Error::Config(format!("cannot parse {}: {e}", path.display())))?
+                .map_err(|e| {
+                    Error::config(format!("cannot parse {}", path.display())).caused_by(e)
+                })?
         }
         None => SshConfig::default(),
     };
@@ -342,9 +345,10 @@ fn fallback(
     Ok(HostConfig {
         alias: host.to_string(),
         hostname: p.host_name.clone().unwrap_or_else(|| host.to_string()),
-        user: user.or(p.user.clone()).or_else(local_user).ok_or_else(|| {
-            Error::Config("cannot tell the local user name; pass user@host".into())
-        })?,
+        user: user
+            .or(p.user.clone())
+            .or_else(local_user)
+            .ok_or_else(|| Error::config("cannot tell the local user name; pass user@host"))?,
         port: port.or(p.port).unwrap_or(22),
         identity_files,
         identities_only: field("identitiesonly").is_some_and(|v| is_yes(&v)),

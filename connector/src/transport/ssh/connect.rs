@@ -115,7 +115,8 @@ fn prefer_recorded(default: &[Algorithm], recorded: &[Algorithm]) -> Vec<Algorit
 ///
 /// # Errors
 /// [`Error::HostKey`] / [`Error::HostKeyChanged`] / [`Error::Auth`] (a retry cannot fix them), [`Error::Config`] for a bad
-/// jump host or proxy, [`Error::Ssh`] for network failures and timeouts.
+/// jump host or proxy, [`Error::ConnectRefused`] when nothing accepts the TCP connection,
+/// [`Error::ConnectTimeout`] past `ConnectTimeout`, [`Error::Ssh`] for other network failures.
 pub(crate) fn connect<'a>(
     cfg: &'a HostConfig,
     ctx: &'a ConnectContext,
@@ -124,7 +125,7 @@ pub(crate) fn connect<'a>(
 ) -> Pin<Box<dyn std::future::Future<Output = Result<Connection, Error>> + Send + 'a>> {
     Box::pin(async move {
         if depth > MAX_HOPS {
-            return Err(Error::Config(format!(
+            return Err(Error::config(format!(
                 "more than {MAX_HOPS} nested jump hosts for {}; is there a ProxyJump loop?",
                 cfg.alias
             )));
@@ -182,12 +183,13 @@ pub(crate) fn connect<'a>(
                     )
                     .await
                     .map_err(|e| {
-                        Error::Ssh(format!(
-                            "jump host {} could not open a connection to {}:{}: {e}",
+                        Error::ssh(format!(
+                            "jump host {} could not open a connection to {}:{}",
                             hop.display(),
                             cfg.hostname,
                             cfg.port
                         ))
+                        .caused_by(e)
                     })?;
                 let handle = russh::client::connect_stream(config, channel.into_stream(), handler)
                     .await
@@ -205,12 +207,7 @@ pub(crate) fn connect<'a>(
             } else {
                 let socket = tokio::net::TcpStream::connect((cfg.hostname.as_str(), cfg.port))
                     .await
-                    .map_err(|e| {
-                        Error::Ssh(format!(
-                            "cannot connect to {}:{}: {e}",
-                            cfg.hostname, cfg.port
-                        ))
-                    })?;
+                    .map_err(|e| tcp_connect_error(&cfg.hostname, cfg.port, e))?;
                 let _ = socket.set_nodelay(true);
                 russh::client::connect_stream(config, socket, handler)
                     .await
@@ -230,7 +227,7 @@ pub(crate) fn connect<'a>(
                             deadline = tokio::time::Instant::now() + timeout;
                             continue;
                         }
-                        return Err(Error::Ssh(format!(
+                        return Err(Error::ConnectTimeout(format!(
                             "connecting to {what} timed out after {} s (ConnectTimeout)",
                             timeout.as_secs()
                         )));
@@ -245,6 +242,18 @@ pub(crate) fn connect<'a>(
             lost,
         })
     })
+}
+
+/// The error of a failed TCP connect to `host:port`: [`Error::ConnectRefused`] when nothing
+/// accepted it, else [`Error::Ssh`] (unreachable, no such name, ...); the IO error is the source
+/// either way.
+fn tcp_connect_error(host: &str, port: u16, e: std::io::Error) -> Error {
+    let message = format!("cannot connect to {host}:{port}");
+    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        Error::ConnectRefused { message, source: e }
+    } else {
+        Error::ssh(message).caused_by(e)
+    }
 }
 
 /// A `ProxyCommand` child whose stdout/stdin carry the SSH connection. The child is killed when
@@ -264,9 +273,11 @@ impl ProxyStream {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| Error::Config(format!("cannot start ProxyCommand {command:?}: {e}")))?;
+            .map_err(|e| {
+                Error::config(format!("cannot start ProxyCommand {command:?}")).caused_by(e)
+            })?;
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-            return Err(Error::Config("ProxyCommand stdio was not captured".into()));
+            return Err(Error::config("ProxyCommand stdio was not captured"));
         };
         if let Some(stderr) = child.stderr.take() {
             let command = command.to_string();
@@ -330,5 +341,57 @@ mod tests {
         assert!(matches!(got[0], Algorithm::Rsa { .. }));
         assert!(matches!(got[2], Algorithm::Rsa { .. }));
         assert_eq!(prefer_recorded(&default, &[]), default);
+    }
+
+    /// A refused TCP connect is its own kind, keeps the IO error as its source, and reads as it
+    /// did when the cause was formatted into the message.
+    #[tokio::test]
+    async fn refused_connect_keeps_the_io_error() {
+        use std::error::Error as _;
+        // A port that was just free: nothing listens on it any more.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let io = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap_err();
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused, "{io}");
+        let before = format!("ssh: cannot connect to 127.0.0.1:{port}: {io}");
+        let err = tcp_connect_error("127.0.0.1", port, io);
+        assert!(matches!(err, Error::ConnectRefused { .. }), "{err:?}");
+        assert!(err.is_transient());
+        let source = err.source().expect("the refusal is the source");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("an io::Error");
+        assert_eq!(io.kind(), std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            err.to_string(),
+            format!("ssh: cannot connect to 127.0.0.1:{port}")
+        );
+        assert_eq!(err.report(), before);
+    }
+
+    /// Other TCP failures stay [`Error::Ssh`] (transient), with the IO error as the source.
+    #[test]
+    fn other_connect_failures_are_ssh_errors_with_their_cause() {
+        use std::error::Error as _;
+        let io = std::io::Error::new(std::io::ErrorKind::HostUnreachable, "no route to host");
+        let err = tcp_connect_error("h", 22, io);
+        assert!(matches!(err, Error::Ssh { .. }), "{err:?}");
+        assert!(err.is_transient());
+        let io = err
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.map(|e| e.kind()),
+            Some(std::io::ErrorKind::HostUnreachable)
+        );
+        assert_eq!(
+            err.report(),
+            "ssh: cannot connect to h:22: no route to host"
+        );
     }
 }

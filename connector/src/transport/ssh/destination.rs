@@ -48,18 +48,18 @@ impl Destination {
             None => (None, rest),
         };
         let bad_port = |p: &str| {
-            Error::Config(format!(
+            Error::config(format!(
                 "destination {s:?}: port {p:?} is not a number between 1 and 65535"
             ))
         };
         let (host, port) = if let Some(inner) = hostport.strip_prefix('[') {
             let (addr, after) = inner.split_once(']').ok_or_else(|| {
-                Error::Config(format!("destination {s:?}: missing ']' after the address"))
+                Error::config(format!("destination {s:?}: missing ']' after the address"))
             })?;
             let port = match after.strip_prefix(':') {
                 Some(p) => Some(p.parse::<u16>().map_err(|_| bad_port(p))?),
                 None if after.is_empty() => None,
-                None => return Err(Error::Config(format!("destination {s:?}: junk after ']'"))),
+                None => return Err(Error::config(format!("destination {s:?}: junk after ']'"))),
             };
             (addr.to_string(), port)
         } else {
@@ -74,7 +74,7 @@ impl Destination {
             }
         };
         if host.is_empty() {
-            return Err(Error::Config(format!("destination {s:?} has no host name")));
+            return Err(Error::config(format!("destination {s:?} has no host name")));
         }
         if port == Some(0) {
             return Err(bad_port("0"));
@@ -102,7 +102,7 @@ const USER_FORBIDDEN: &str = "'`\";&<>|(){}";
 /// [`Error::Config`] naming the name, the offending character and the fix.
 pub fn check_hostname(host: &str) -> Result<(), Error> {
     let bad = |what: String| {
-        Err(Error::Config(format!(
+        Err(Error::config(format!(
             "destination host {host:?} {what}, which no host name or ssh_config alias has \
              (OpenSSH refuses it too); check the destination"
         )))
@@ -126,7 +126,7 @@ pub fn check_hostname(host: &str) -> Result<(), Error> {
 /// [`Error::Config`] naming the name, the offending character and the fix.
 pub fn check_user(user: &str) -> Result<(), Error> {
     let bad = |what: String| {
-        Err(Error::Config(format!(
+        Err(Error::config(format!(
             "remote user name {user:?} {what}, which OpenSSH refuses too; check the user@ part \
              of the destination or -l"
         )))
@@ -212,7 +212,7 @@ mod tests {
             "a\nb",
         ] {
             let err = Destination::parse(bad).unwrap_err();
-            assert!(matches!(err, Error::Config(_)), "{bad:?}: {err:?}");
+            assert!(matches!(err, Error::Config { .. }), "{bad:?}: {err:?}");
             assert!(err.to_string().contains("check the destination"), "{err}");
         }
         let err = Destination::parse("a;b@host").unwrap_err().to_string();

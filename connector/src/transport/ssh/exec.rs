@@ -173,7 +173,7 @@ pub(crate) async fn run_on(
                     break; // Ended, but the close never came: judge by what we have.
                 }
                 let _ = write.close().await;
-                return Err(Error::Deploy(format!(
+                return Err(Error::deploy(format!(
                     "a deploy command on the host made no progress for {} s (no data accepted, \
                      no output); the host or the network is stuck. stderr so far: {:?}",
                     NO_PROGRESS.as_secs(),
@@ -184,7 +184,7 @@ pub(crate) async fn run_on(
     }
     let _ = write.close().await;
     if refused {
-        return Err(Error::Ssh(format!(
+        return Err(Error::ssh(format!(
             "the host refused to run a command over exec: {command}"
         )));
     }
@@ -192,7 +192,7 @@ pub(crate) async fn run_on(
     // early; let the caller judge by the status. Without a status the connection broke.
     match (sent, out.status) {
         (Some(Err(e)), None) => Err(e),
-        (_, None) => Err(Error::Ssh(format!(
+        (_, None) => Err(Error::ssh(format!(
             "connection lost while running a remote command (no exit status){}",
             match out.stderr_text() {
                 t if t.is_empty() => String::new(),

@@ -41,11 +41,12 @@ impl HandlerError {
 /// protocol failure that a retry may fix, except a refused key type, which configuration must fix.
 pub(crate) fn russh_error(context: &str, e: russh::Error) -> Error {
     match e {
-        russh::Error::NoCommonAlgo { .. } | russh::Error::UnknownAlgo => Error::Config(format!(
-            "{context}: no common algorithm with the server ({e}); the server's SSH \
-             configuration allows no algorithm relay supports"
-        )),
-        other => Error::Ssh(format!("{context}: {other}")),
+        russh::Error::NoCommonAlgo { .. } | russh::Error::UnknownAlgo => Error::config(format!(
+            "{context}: no common algorithm with the server (the server's SSH configuration \
+             allows no algorithm relay supports)"
+        ))
+        .caused_by(e),
+        other => Error::ssh(context).caused_by(other),
     }
 }
 
@@ -100,7 +101,7 @@ impl russh::client::Handler for ClientHandler {
             DisconnectReason::Error(HandlerError::Russh(e)) => {
                 format!("ssh connection failed: {e}")
             }
-            DisconnectReason::Error(HandlerError::HostKey(e)) => e.to_string(),
+            DisconnectReason::Error(HandlerError::HostKey(e)) => e.report(),
         };
         tracing::debug!("ssh disconnected: {text}");
         *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
@@ -145,14 +146,14 @@ impl russh::client::Handler for ClientHandler {
         })
         .await
         .map_err(|e| {
-            HandlerError::HostKey(Error::HostKey(format!("host key check failed: {e}")))
+            HandlerError::HostKey(Error::host_key("host key check failed").caused_by(e))
         })?;
         match verdict {
             Ok(()) => Ok(true),
-            Err(e @ (Error::HostKey(_) | Error::HostKeyChanged(_))) => {
+            Err(e @ (Error::HostKey { .. } | Error::HostKeyChanged(_))) => {
                 Err(HandlerError::HostKey(e))
             }
-            Err(other) => Err(HandlerError::HostKey(Error::HostKey(other.to_string()))),
+            Err(other) => Err(HandlerError::HostKey(Error::host_key(other.report()))),
         }
     }
 }

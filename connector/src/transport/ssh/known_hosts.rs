@@ -104,10 +104,11 @@ pub fn lookup(host: &str, port: u16, key: &PublicKey, files: &[PathBuf]) -> Resu
     for file in files {
         let entries =
             russh::keys::known_hosts::known_host_keys_path(host, port, file).map_err(|e| {
-                Error::HostKey(format!(
-                    "cannot read known_hosts file {}: {e}; fix or remove the broken line",
+                Error::host_key(format!(
+                    "cannot read known_hosts file {} (fix or remove the broken line)",
                     file.display()
                 ))
+                .caused_by(e)
             })?;
         for (logical_line, recorded) in entries {
             if recorded == *key {
@@ -136,10 +137,11 @@ pub fn revoked(key: &PublicKey, files: &[PathBuf]) -> Result<Option<(PathBuf, us
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => {
-                return Err(Error::HostKey(format!(
-                    "cannot read known_hosts file {}: {e}; fix its permissions",
+                return Err(Error::host_key(format!(
+                    "cannot read known_hosts file {} (fix its permissions)",
                     file.display()
-                )))
+                ))
+                .caused_by(e))
             }
         };
         for (i, line) in text.lines().enumerate() {
@@ -222,7 +224,7 @@ pub fn verify(
         ))),
         Verdict::Unknown => {
             let unknown = || {
-                Error::HostKey(format!(
+                Error::host_key(format!(
                     "the {alg} host key of {name} is not known (fingerprint {fp}; looked in \
                      {files}). Check the fingerprint with the host's administrator, then run \
                      again with --accept-new to trust it (like StrictHostKeyChecking=accept-new)",
@@ -265,7 +267,7 @@ pub fn verify(
 /// Records an accepted unknown key in the first known_hosts file.
 fn accept(name: &str, key: &PublicKey, files: &[PathBuf]) -> Result<(), Error> {
     let Some(file) = files.first() else {
-        return Err(Error::HostKey(format!(
+        return Err(Error::host_key(format!(
             "cannot accept the host key of {name}: no UserKnownHostsFile is configured"
         )));
     };
@@ -294,10 +296,11 @@ fn list_files(files: &[PathBuf]) -> String {
 fn record(name: &str, key: &PublicKey, file: &Path) -> Result<(), Error> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let fail = |e: std::io::Error| {
-        Error::HostKey(format!(
-            "cannot record the host key of {name} in {}: {e}",
+        Error::host_key(format!(
+            "cannot record the host key of {name} in {}",
             file.display()
         ))
+        .caused_by(e)
     };
     if let Some(dir) = file.parent() {
         if !dir.as_os_str().is_empty() && !dir.exists() {
@@ -527,6 +530,32 @@ mod tests {
         assert!(
             err.unwrap_err().to_string().contains("CHANGED"),
             "a changed key is never asked about"
+        );
+    }
+
+    /// A known_hosts file that cannot be written is a host key error whose source is the IO
+    /// error, and the report names the file and the cause as the message did before.
+    #[test]
+    fn an_unwritable_known_hosts_keeps_the_io_error_as_source() {
+        use std::error::Error as _;
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_dir = dir.path().join("file");
+        std::fs::write(&not_a_dir, "").unwrap();
+        let file = not_a_dir.join("known_hosts");
+        let err = accept("h", &key(KEY_A), std::slice::from_ref(&file)).unwrap_err();
+        assert!(matches!(err, Error::HostKey { .. }), "{err:?}");
+        assert!(!err.is_transient());
+        let io = err
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the io error is the source");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotADirectory, "{io}");
+        assert_eq!(
+            err.report(),
+            format!(
+                "host key: cannot record the host key of h in {}: {io}",
+                file.display()
+            )
         );
     }
 }

@@ -22,7 +22,9 @@
 //! Error kinds: [`Error::HostKey`](crate::Error::HostKey) (unknown key),
 //! [`Error::HostKeyChanged`](crate::Error::HostKeyChanged), [`Error::Auth`](crate::Error::Auth) and
 //! [`Error::Config`](crate::Error::Config) cannot be fixed by retrying;
-//! [`Error::Ssh`](crate::Error::Ssh) (network, timeouts, keepalive) can.
+//! [`Error::ConnectRefused`](crate::Error::ConnectRefused),
+//! [`Error::ConnectTimeout`](crate::Error::ConnectTimeout) and [`Error::Ssh`](crate::Error::Ssh)
+//! (network, keepalive) can. The russh or IO error behind one is its `source()`.
 
 pub mod auth;
 mod bridge;

@@ -193,7 +193,8 @@ impl SshTransport {
     /// # Errors
     /// [`Error::HostKey`], [`Error::HostKeyChanged`], [`Error::Auth`] and [`Error::Config`] (a
     /// retry cannot fix them),
-    /// [`Error::Deploy`], and [`Error::Ssh`] for network failures (transient).
+    /// [`Error::Deploy`], and [`Error::ConnectRefused`], [`Error::ConnectTimeout`] and
+    /// [`Error::Ssh`] for network failures (transient).
     pub async fn open_with_report(
         &self,
         options: OpenOptions,
@@ -282,7 +283,11 @@ impl SshTransport {
                     "the agent installed earlier is not there as it was; deploying again"
                 ),
                 // The network failing says nothing about the agent.
-                Err(BridgeFailure::Other(e @ Error::Ssh(_))) => {
+                Err(BridgeFailure::Other(
+                    e @ (Error::Ssh { .. }
+                    | Error::ConnectRefused { .. }
+                    | Error::ConnectTimeout(_)),
+                )) => {
                     *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(known);
                     return Err(e);
                 }
@@ -385,7 +390,7 @@ impl SshTransport {
             }
             Err(_) => {
                 let _ = write.close().await;
-                Err(Error::Ssh(format!(
+                Err(Error::ssh(format!(
                     "the agent bridge on {} did not start within {} s",
                     cfg.display(),
                     timeout.as_secs()

@@ -57,7 +57,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("relay: {err:#}");
+            // The whole chain: the connector's sentence and its causes (each once).
+            eprintln!("relay: {}", relay_connector::report(err.as_ref()));
             ExitCode::from(exit_code(&err))
         }
     }
@@ -71,4 +72,27 @@ fn exit_code(err: &anyhow::Error) -> u8 {
         return f.code;
     }
     1
+}
+
+#[cfg(test)]
+mod tests {
+    /// A refused connect prints what `{:#}` printed when the cause was formatted into the
+    /// connector's message; a cause is printed once.
+    #[test]
+    fn failures_print_their_whole_chain_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let before = format!("cannot reach the relay agent (h): ssh: cannot connect to h:22: {io}");
+        let err = anyhow::Error::new(relay_connector::Error::ConnectRefused {
+            message: "cannot connect to h:22".into(),
+            source: io,
+        })
+        .context("cannot reach the relay agent (h)");
+        assert_eq!(relay_connector::report(err.as_ref()), before);
+        assert_eq!(format!("{err:#}"), before);
+
+        let err = anyhow::Error::new(relay_connector::Error::Io(std::io::Error::other(
+            "disk full",
+        )));
+        assert_eq!(relay_connector::report(err.as_ref()), "io: disk full");
+    }
 }

@@ -184,8 +184,8 @@ async fn first_connection(host: &Host, destination: &Destination) -> anyhow::Res
             return Ok(session);
         }
         let failed = match &*states.borrow_and_update() {
-            HostState::Reconnecting { last_error, .. } => Some(last_error.to_string()),
-            HostState::Failed { error } => Some(error.to_string()),
+            HostState::Reconnecting { last_error, .. } => Some(last_error.report()),
+            HostState::Failed { error } => Some(error.report()),
             HostState::Closed => Some("closed".to_string()),
             _ => None,
         };
@@ -370,7 +370,7 @@ async fn pump_loop(
                 if let HostState::Failed { error } = &state {
                     return Err(Failure {
                         code: UNREACHABLE,
-                        message: format!("cannot reconnect to {destination}: {error}"),
+                        message: format!("cannot reconnect to {destination}: {}", error.report()),
                     }
                     .into());
                 }
@@ -419,7 +419,10 @@ fn input_failure(e: relay_connector::Error) -> anyhow::Error {
     if e.is_mismatch() {
         Failure {
             code: 1,
-            message: format!("{e}; run the same command to attach to the pane's current shell"),
+            message: format!(
+                "{}; run the same command to attach to the pane's current shell",
+                e.report()
+            ),
         }
         .into()
     } else {

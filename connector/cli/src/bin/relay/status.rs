@@ -28,12 +28,12 @@ pub fn message(state: &HostState, destination: &str, tty: bool) -> Option<String
             "connection lost; reconnecting in {}, attempt {};{hint} cause: {}",
             seconds(state.retry_in().unwrap_or_default()),
             attempt + 1,
-            first_clause(&last_error.to_string()),
+            first_clause(&last_error.report()),
         ),
         HostState::Connecting { attempt } => {
             format!("reconnecting to {destination}, attempt {attempt};{hint} waiting")
         }
-        HostState::Failed { error } => format!("cannot reconnect: {error}"),
+        HostState::Failed { error } => format!("cannot reconnect: {}", error.report()),
         _ => format!("{state}"),
     };
     Some(format!("[relay: {text}]"))
@@ -131,8 +131,8 @@ mod tests {
         HostState::Reconnecting {
             attempt: 2,
             next_retry_at: Instant::now() + Duration::from_millis(2150),
-            last_error: Arc::new(relay_connector::Error::Ssh(
-                "ssh keepalive timeout (no answer from host for 3 s); more".into(),
+            last_error: Arc::new(relay_connector::Error::ssh(
+                "ssh keepalive timeout (no answer from host for 3 s); more",
             )),
         }
     }

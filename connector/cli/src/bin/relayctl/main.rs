@@ -38,7 +38,8 @@ fn main() -> ExitCode {
         // `relayctl leases | head -1`: the reader had what it wanted (see output.rs).
         Err(err) if err.downcast_ref::<output::StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(err) => {
-            output::note!("relayctl: {err:#}");
+            // The whole chain: the connector's sentence and its causes (each once).
+            output::note!("relayctl: {}", relay_connector::report(err.as_ref()));
             ExitCode::FAILURE
         }
     }

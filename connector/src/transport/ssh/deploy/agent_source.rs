@@ -83,7 +83,7 @@ impl AgentSource {
         match self {
             AgentSource::File(p) => {
                 if !is_local {
-                    return Err(Error::NoAgentBinary(format!(
+                    return Err(Error::no_agent_binary(format!(
                         "the host needs an agent for {target}, but the configured agent binary \
                          {} is for this machine ({}); configure a directory with \
                          relay-agent-{target} in it",
@@ -164,7 +164,7 @@ fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<Vec<PathBuf>, Error> {
     if !found.is_empty() {
         return Ok(found);
     }
-    Err(Error::NoAgentBinary(format!(
+    Err(Error::no_agent_binary(format!(
         "no relay-agent binary for {target} (looked at {}); run deploy/build-agents.sh to \
          build the agents relay deploys, or set RELAY_AGENT_DIR to a directory holding \
          relay-agent-{target}",
@@ -195,7 +195,7 @@ pub(crate) struct LocalAgent {
 impl LocalAgent {
     pub(crate) async fn load(path: &Path) -> Result<Self, Error> {
         let bytes = tokio::fs::read(path).await.map_err(|e| {
-            Error::Deploy(format!("cannot read agent binary {}: {e}", path.display()))
+            Error::deploy(format!("cannot read agent binary {}", path.display())).caused_by(e)
         })?;
         let (bytes, sha256, glibc) = tokio::task::spawn_blocking(move || {
             let hash = hex::encode(Sha256::digest(&bytes));
@@ -203,12 +203,13 @@ impl LocalAgent {
             (bytes, hash, glibc)
         })
         .await
-        .map_err(|e| Error::Deploy(format!("hashing the agent binary failed: {e}")))?;
+        .map_err(|e| Error::deploy("hashing the agent binary failed").caused_by(e))?;
         let glibc = glibc.map_err(|e| {
-            Error::NoAgentBinary(format!(
-                "{} is not a valid agent binary ({e}); rebuild it",
+            Error::no_agent_binary(format!(
+                "{} is not a valid agent binary (rebuild it)",
                 path.display()
             ))
+            .caused_by(e)
         })?;
         let name = format!("relay-agent-{VERSION}-{}", &sha256[..16]);
         Ok(LocalAgent {

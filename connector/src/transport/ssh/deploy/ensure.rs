@@ -137,7 +137,7 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
         parts.next().unwrap_or_default(),
     );
     let Some(target) = target_for(os, machine) else {
-        return Err(Error::NoAgentBinary(format!(
+        return Err(Error::no_agent_binary(format!(
             "the host runs {platform:?}; relay has no agent build for that platform \
              (supported: Linux x86_64/aarch64, macOS x86_64/arm64)"
         )));
@@ -202,7 +202,7 @@ pub(crate) async fn ensure_agent(
     let out = exec::run(handle, &sh_command(&probe), None, &mut |_, _| {}).await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let Some(answer) = after_sentinel(&stdout, &mark) else {
-        return Err(Error::Deploy(format!(
+        return Err(Error::deploy(format!(
             "the host did not run the probe command ({}; stderr: {:?}); is `sh` \
              available and does the login shell allow running commands?",
             exec::status_text(out.status),
@@ -217,7 +217,7 @@ pub(crate) async fn ensure_agent(
     });
 
     // 2. The local binary for that target: the first candidate the host can run.
-    let mut refused = None;
+    let mut refused: Option<Error> = None;
     let mut chosen = None;
     for path in source.candidates(target)? {
         // An unreadable or broken candidate is skipped like one the host cannot run.
@@ -231,8 +231,9 @@ pub(crate) async fn ensure_agent(
             Ok(agent) => {
                 if let Some(e) = &refused {
                     tracing::warn!(
-                        "deploying {} instead: {e}; run deploy/build-agents.sh if it is out of date",
-                        path.display()
+                        "deploying {} instead: {}; run deploy/build-agents.sh if it is out of date",
+                        path.display(),
+                        e.report()
                     );
                 }
                 chosen = Some(agent);

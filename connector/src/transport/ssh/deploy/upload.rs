@@ -63,8 +63,8 @@ async fn gzip(bytes: &[u8]) -> Result<Vec<u8>, Error> {
         encoder.finish()
     })
     .await
-    .map_err(|e| Error::Deploy(format!("compressing the agent binary failed: {e}")))?
-    .map_err(|e| Error::Deploy(format!("compressing the agent binary failed: {e}")))
+    .map_err(|e| Error::deploy("compressing the agent binary failed").caused_by(e))?
+    .map_err(|e| Error::deploy("compressing the agent binary failed").caused_by(e))
 }
 
 /// Uploads `agent` (packed as `packing` says), verifies its sha256 on the host, then `chmod`
@@ -188,18 +188,18 @@ async fn upload(
         Some(UPLOAD_UNPACK_FAILED) if packing == Packing::Gzip => Ok(Uploaded::GzipBroken(
             format!("gzip -dc exited with an error{}", stderr()),
         )),
-        Some(UPLOAD_HASH_FAILED) => Err(Error::Deploy(format!(
+        Some(UPLOAD_HASH_FAILED) => Err(Error::deploy(format!(
             "the host could not compute the sha256 of the uploaded agent (sha256sum and \
              shasum both failed{}); the file was removed and nothing was executed; check \
              that coreutils' sha256sum works on the host",
             stderr()
         ))),
-        Some(3) => Err(Error::Deploy(format!(
+        Some(3) => Err(Error::deploy(format!(
             "uploaded agent has sha256 {got:?} on the host, expected {}; the transfer was \
              corrupted and the file was removed (nothing was executed)",
             agent.sha256
         ))),
-        status => Err(Error::Deploy(format!(
+        status => Err(Error::deploy(format!(
             "installing the agent in ~/.relay/bin failed ({}): {}; check the disk space \
              and permissions of ~/.relay on the host (it must be a writable directory)",
             exec::status_text(status),

@@ -249,26 +249,26 @@ pub fn from_error(e: &Error) -> RpcError {
         return from_reply(reply);
     }
     let code = match e {
-        Error::HostKey(_) => "host_key_unknown",
+        Error::HostKey { .. } => "host_key_unknown",
         Error::HostKeyChanged(_) => "host_key_changed",
         Error::Auth(_) => "auth_failed",
         Error::Unsupported(_) => "unsupported",
         Error::Incompatible(_) => "incompatible",
-        Error::NoAgentBinary(_) => "no_agent_binary",
+        Error::NoAgentBinary { .. } => "no_agent_binary",
         Error::AgentCannotRun(_) => "agent_cannot_run",
-        Error::Config(_) => "config",
+        Error::Config { .. } => "config",
         Error::Policy(_) => "policy_refused",
         Error::Handshake(_) => "handshake_failed",
-        Error::ConnectionLost(_) => "connection_lost",
+        Error::ConnectionLost { .. } => "connection_lost",
         Error::Timeout(_) | Error::HandshakeTimeout(_) => "timeout",
         Error::InputFull(_) => "input_full",
         Error::PaneGone(_) => "pane_gone",
         Error::HostDown(_) => "host_down",
         Error::NoAgent(_) => "no_agent",
-        Error::Deploy(_) => "deploy_failed",
+        Error::Deploy { .. } => "deploy_failed",
         _ => "transport",
     };
-    RpcError::new(code, e.to_string()).with("transient", json!(e.is_transient()))
+    RpcError::new(code, e.report()).with("transient", json!(e.is_transient()))
 }
 
 fn from_reply(reply: &ErrorReply) -> RpcError {
@@ -353,27 +353,27 @@ mod tests {
         let pane = || PaneKey::new("w", "t", "0");
         let pty = || "01.1".parse().unwrap();
         let table: Vec<(Error, &str)> = vec![
-            (Error::HostKey(s()), "host_key_unknown"),
+            (Error::host_key(s()), "host_key_unknown"),
             (Error::HostKeyChanged(s()), "host_key_changed"),
             (Error::Auth(s()), "auth_failed"),
             (Error::Unsupported(s()), "unsupported"),
             (Error::Incompatible(s()), "incompatible"),
-            (Error::NoAgentBinary(s()), "no_agent_binary"),
+            (Error::no_agent_binary(s()), "no_agent_binary"),
             (Error::AgentCannotRun(s()), "agent_cannot_run"),
-            (Error::Config(s()), "config"),
+            (Error::config(s()), "config"),
             (Error::Policy(s()), "policy_refused"),
             (Error::Handshake(s()), "handshake_failed"),
-            (Error::ConnectionLost(s()), "connection_lost"),
+            (Error::connection_lost(s()), "connection_lost"),
             (Error::Timeout(s()), "timeout"),
             (Error::HandshakeTimeout(s()), "timeout"),
             (Error::InputFull(s()), "input_full"),
             (Error::PaneGone(s()), "pane_gone"),
             (Error::HostDown(s()), "host_down"),
             (Error::NoAgent(s()), "no_agent"),
-            (Error::Deploy(s()), "deploy_failed"),
-            (Error::Ssh(s()), "transport"),
-            (Error::BridgeExited(s()), "transport"),
-            (Error::Spawn(s()), "transport"),
+            (Error::deploy(s()), "deploy_failed"),
+            (Error::ssh(s()), "transport"),
+            (Error::bridge_exited(s()), "transport"),
+            (Error::spawn(s()), "transport"),
             (
                 Error::from(ErrorReply::NotFound { pane: pane() }),
                 "not_found",
