@@ -8,3 +8,19 @@ pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
         _ => f(),
     }
 }
+
+/// [`Mutex::lock`](std::sync::Mutex::lock) for data that stays consistent even if a holder
+/// panicked: every lock in the agent guards state that is valid between statements (a ring, a
+/// table, a flag), so a panic in one PTY's task must not take the lock — and with it every other
+/// pane — down too.
+pub(crate) trait LockExt<T: ?Sized> {
+    /// Locks, taking the guard of a poisoned mutex instead of failing (see
+    /// [`PoisonError::into_inner`](std::sync::PoisonError::into_inner)).
+    fn lock_unpoisoned(&self) -> std::sync::MutexGuard<'_, T>;
+}
+
+impl<T: ?Sized> LockExt<T> for std::sync::Mutex<T> {
+    fn lock_unpoisoned(&self) -> std::sync::MutexGuard<'_, T> {
+        self.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -86,6 +86,7 @@ pub mod host;
 pub mod lifecycle;
 pub mod pane;
 pub mod session;
+mod sync;
 pub mod transport;
 
 pub use host::input;
@@ -98,4 +99,5 @@ pub use lifecycle::{GcCandidate, GcPlan, KillSummary};
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};
 pub use pane::{PaneEvent, PaneHandle};
 pub use session::{ConnectOptions, Session};
+pub use sync::LockExt;
 pub use transport::{AgentStream, OpenOptions, Transport};

@@ -30,6 +30,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use tokio::task::JoinHandle;
 
 use crate::fixture::{ExecOut, SshHost};
+use relay_connector::LockExt;
 
 /// sshd's port inside the container.
 const SSH_PORT: &str = "22";
@@ -76,10 +77,7 @@ impl NetFaults {
     /// Adds (`on`) or removes the partition rules; blocking. Does nothing when `cancel` is set
     /// (checked under the lock, so a stopped flapper can never partition after its final heal).
     fn set(&self, on: bool, cancel: Option<&AtomicBool>) -> Result<()> {
-        let mut maybe = self
-            .maybe_partitioned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut maybe = self.maybe_partitioned.lock_unpoisoned();
         if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
             return Ok(());
         }
@@ -124,10 +122,7 @@ impl NetFaults {
     /// Heals if a partition may be in place; blocking, for `Drop`. Failures are printed, not
     /// raised (the container's removal clears its rules anyway).
     pub(crate) fn heal_on_drop(&self) {
-        let maybe = *self
-            .maybe_partitioned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let maybe = *self.maybe_partitioned.lock_unpoisoned();
         if maybe {
             if let Err(e) = self.set(false, None) {
                 eprintln!(

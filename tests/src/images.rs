@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
 use anyhow::{anyhow, bail, Context, Result};
+use relay_connector::LockExt;
 
 /// Files produced by `build-images.sh`.
 #[derive(Debug, Clone)]
@@ -90,7 +91,7 @@ pub fn ensure_image() -> Result<FixtureFiles> {
 pub fn ensure_image_for(suite: Suite) -> Result<FixtureFiles> {
     static ONCE: OnceLock<Mutex<Vec<(Suite, FixtureFiles)>>> = OnceLock::new();
     let lock = ONCE.get_or_init(|| Mutex::new(Vec::new()));
-    let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut done = lock.lock_unpoisoned();
     if let Some((_, files)) = done.iter().find(|(s, _)| *s == suite) {
         return Ok(files.clone());
     }
@@ -130,7 +131,7 @@ pub fn ensure_image_for(suite: Suite) -> Result<FixtureFiles> {
 pub fn portable_agents() -> Result<PathBuf> {
     static ONCE: OnceLock<Mutex<Option<PathBuf>>> = OnceLock::new();
     let lock = ONCE.get_or_init(|| Mutex::new(None));
-    let mut done = lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut done = lock.lock_unpoisoned();
     if let Some(dir) = done.as_ref() {
         return Ok(dir.clone());
     }

@@ -14,6 +14,7 @@ use relay_protocol::PtyId;
 use tokio::task::AbortHandle;
 
 use super::policy::{decide, Facts, Rule, Verdict, RECHECK_BUSY};
+use crate::runtime::LockExt;
 
 /// How long after a policy end that could not be carried out (the journal could not record it)
 /// it is tried again.
@@ -94,7 +95,7 @@ impl Timers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PtyId, AbortHandle>> {
-        self.armed.lock().unwrap_or_else(|p| p.into_inner())
+        self.armed.lock_unpoisoned()
     }
 
     fn schedule<O: Owner>(&self, owner: &O, pty: PtyId, at_ms: u64) {

@@ -6,6 +6,7 @@
 //! (by a one-shot timer armed at the first suppressed line, so a flood that stops is still
 //! summarized). The counting core, [`Window`], is sans-IO.
 
+use crate::runtime::LockExt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -92,7 +93,7 @@ impl Throttle {
     /// summary of this one at its first suppressed line (when a tokio runtime is running).
     pub fn admit(&'static self) -> bool {
         let (admit, summary) = {
-            let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            let mut w = self.window.lock_unpoisoned();
             w.get_or_insert_with(Window::default).admit(Instant::now())
         };
         if let Some(n) = summary {
@@ -117,7 +118,7 @@ impl Throttle {
     /// Closes the current window, writing its summary if it suppressed lines.
     pub fn flush(&self) {
         let n = {
-            let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            let mut w = self.window.lock_unpoisoned();
             w.as_mut().and_then(Window::close)
         };
         if let Some(n) = n {

@@ -30,6 +30,7 @@ use tracing_subscriber::{fmt, EnvFilter, Layer};
 
 use crate::log::file::{LogFile, MAX_LOG_BYTES};
 use crate::paths::{annotate, Paths};
+use crate::runtime::LockExt;
 
 /// Name of the log file in the log directory.
 pub const LOG_FILE: &str = "agent.log";
@@ -95,7 +96,7 @@ impl<'a> MakeWriter<'a> for SharedLog {
 
 impl Write for LineWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = self.log.lock_unpoisoned();
         log.write_line(buf, self.urgent);
         Ok(buf.len())
     }

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::runtime::LockExt;
 use tokio::sync::watch;
 
 /// The holds on one PTY.
@@ -166,7 +167,7 @@ impl HoldGate {
 
     /// Every hold as `(client, floor)`, for a live upgrade.
     pub fn held(&self) -> Vec<(String, u64)> {
-        let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let holds = self.holds.lock_unpoisoned();
         holds
             .holders
             .iter()
@@ -192,7 +193,7 @@ impl HoldGate {
 
     /// Applies `f` to the holds and publishes the floor if it moved.
     fn change<T>(&self, f: impl FnOnce(&mut Holds) -> T) -> T {
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut holds = self.holds.lock_unpoisoned();
         let out = f(&mut holds);
         let floor = holds.floor();
         self.floor.send_if_modified(|f| {

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::Pty;
 use crate::pty::procfs;
+use crate::runtime::LockExt;
 
 /// How often a kill in progress looks whether the shell is reaped and its session empty.
 const POLL: Duration = Duration::from_millis(50);
@@ -160,7 +161,7 @@ impl Pty {
 
     fn is_reaped(&self) -> bool {
         // (Held only briefly, or by a live upgrade while it hands over.)
-        *self.reaped.lock().unwrap_or_else(|p| p.into_inner())
+        *self.reaped.lock_unpoisoned()
     }
 }
 

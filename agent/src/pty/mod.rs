@@ -36,6 +36,7 @@ use crate::output::hold::HoldGate;
 use crate::output::ring::Ring;
 use crate::output::screen::{PtyScreen, ScreenFeed};
 use crate::pty::io as pty_io;
+use crate::runtime::LockExt;
 use input_seq::{Applied, WriterTable};
 use spawn::SpawnError;
 
@@ -252,7 +253,7 @@ impl Pty {
             screen: Arc::new(screen),
             ring: Arc::clone(&ring),
         });
-        let end = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
+        let end = ring.lock_unpoisoned().end();
         let pty = Arc::new(Pty {
             binding,
             pid,
@@ -361,7 +362,7 @@ impl Pty {
 
     /// Current size.
     pub fn size(&self) -> TermSize {
-        *self.size.lock().unwrap_or_else(|p| p.into_inner())
+        *self.size.lock_unpoisoned()
     }
 
     /// Queues bytes for the PTY's input.
@@ -405,7 +406,7 @@ impl Pty {
         data: Vec<u8>,
         max_pending: usize,
     ) -> Result<Applied, ErrorReply> {
-        let mut table = self.input_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.input_seq.lock_unpoisoned();
         table.apply(writer, seq, || self.write_input(data, max_pending))
     }
 
@@ -427,7 +428,7 @@ impl Pty {
                 message: format!("resize of {} failed: {e}", self.binding),
             }
         })?;
-        *self.size.lock().unwrap_or_else(|p| p.into_inner()) = size;
+        *self.size.lock_unpoisoned() = size;
         if let Some(feed) = &self.screen {
             feed.screen.resize(&feed.ring, size);
         }
@@ -441,7 +442,7 @@ impl Pty {
     /// wire's numbering, mapped by [`crate::pty::wire_signal::from_wire`]).
     pub fn signal(&self, signal: i32) -> Result<(), ErrorReply> {
         let sig = crate::pty::wire_signal::from_wire(signal)?;
-        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        let reaped = self.reaped.lock_unpoisoned();
         if *reaped {
             return Ok(());
         }
@@ -454,7 +455,7 @@ impl Pty {
     /// Sends `signal` to the child's process group if the child is not reaped yet. Returns
     /// whether it was sent.
     pub fn signal_group_if_ours(&self, signal: Signal) -> bool {
-        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        let reaped = self.reaped.lock_unpoisoned();
         !*reaped && killpg(Pid::from_raw(self.pid as i32), signal).is_ok()
     }
 

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+use crate::runtime::LockExt;
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use tokio::signal::unix::{signal, SignalKind};
@@ -51,7 +52,7 @@ pub fn exited(pid: u32) -> oneshot::Receiver<()> {
         });
         return rx;
     }
-    let mut waiting = reaper().waiting.lock().unwrap_or_else(|p| p.into_inner());
+    let mut waiting = reaper().waiting.lock_unpoisoned();
     // It may have exited before it was registered: no later SIGCHLD would tell.
     if has_exited(pid) {
         let _ = tx.send(());
@@ -110,7 +111,7 @@ fn has_exited(pid: u32) -> bool {
 
 /// Tells every waiter whose child exited.
 fn scan() {
-    let mut waiting = reaper().waiting.lock().unwrap_or_else(|p| p.into_inner());
+    let mut waiting = reaper().waiting.lock_unpoisoned();
     let done: Vec<u32> = waiting
         .iter()
         .filter(|(&pid, tx)| tx.is_closed() || has_exited(pid))

@@ -16,6 +16,7 @@ use super::{Pty, Spawned};
 use crate::output::hold;
 use crate::output::screen::worker;
 use crate::pty::io as pty_io;
+use crate::runtime::LockExt;
 
 /// Bytes one read takes from a PTY at most.
 const READ_CHUNK: usize = 64 * 1024;
@@ -47,7 +48,7 @@ impl Pty {
             let mut floor = holds.watch_floor();
             // This task is the ring's only writer: it knows the end without locking.
             let (capacity, mut end) = {
-                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                let ring = ring.lock_unpoisoned();
                 (ring.capacity(), ring.end())
             };
             loop {
@@ -79,7 +80,7 @@ impl Pty {
                     },
                 };
                 let read = {
-                    let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+                    let _gate = gate.lock_unpoisoned();
                     if *paused.borrow() {
                         continue;
                     }
@@ -102,7 +103,7 @@ impl Pty {
                                         });
                                     }
                                 }
-                                let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                                let mut ring = ring.lock_unpoisoned();
                                 ring.append(&buf[..n]);
                                 end = ring.end();
                             }
@@ -171,7 +172,7 @@ async fn write_all(
             _ = paused.changed() => continue,
             ready = master.writable() => ready?,
         };
-        let _gate = gate.lock().unwrap_or_else(|p| p.into_inner());
+        let _gate = gate.lock_unpoisoned();
         if *paused.borrow() {
             continue;
         }

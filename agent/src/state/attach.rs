@@ -15,6 +15,7 @@ use crate::lease::LeaseTable;
 use crate::now_ms;
 use crate::pty::input_seq::Applied;
 use crate::pty::Pty;
+use crate::runtime::LockExt;
 
 /// One subscriber's count on a PTY's lease; dropping it detaches (rule A: never ends anything)
 /// and, when it was the last, arms the lease's lifecycle timer.
@@ -87,12 +88,7 @@ impl State {
         if *pty != want || *reason == EndReason::Forgotten {
             return Err(refusal);
         }
-        let kept = self
-            .inner
-            .tails
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&want);
+        let kept = self.inner.tails.lock_unpoisoned().get(&want);
         match kept {
             Some(pty) if from < pty.end_offset() => Ok(Attachment {
                 state: self.clone(),

@@ -16,6 +16,7 @@ use crate::lease::journal::{self, Record};
 use crate::lease::Lease;
 use crate::lifecycle::LeasePolicy;
 use crate::pty::{Pty, Spawned};
+use crate::runtime::LockExt;
 use crate::{limits, now_ms};
 
 /// How long ending an unrecorded PTY may take.
@@ -99,13 +100,13 @@ impl State {
         limits::check_pane(&pane)?;
         limits::check_spec(&spec)?;
         let gate = {
-            let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+            let mut gates = self.inner.gates.lock_unpoisoned();
             Arc::clone(gates.entry(pane.clone()).or_default())
         };
         let held = gate.lock().await;
         let result = self.create_locked(pane.clone(), spec, policy, mode).await;
         drop(held);
-        let mut gates = self.inner.gates.lock().unwrap_or_else(|p| p.into_inner());
+        let mut gates = self.inner.gates.lock_unpoisoned();
         // Only the map and this task hold the gate: nobody waits, forget it.
         if Arc::strong_count(&gate) == 2 {
             gates.remove(&pane);

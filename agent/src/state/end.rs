@@ -19,6 +19,7 @@ use crate::lease::Lease;
 use crate::now_ms;
 use crate::pty::kill::KillWatch;
 use crate::pty::Pty;
+use crate::runtime::LockExt;
 
 /// Beyond the kill grace, how long an end may take to be confirmed (SIGKILL, reaping, the
 /// session sweep) before it is reported unverified.
@@ -74,11 +75,7 @@ impl State {
         tracing::info!(binding = %pty.binding(), %status, %reason, "PTY ended");
         pty.publish_exit(status, reason);
         if away && !stopping {
-            self.inner
-                .tails
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .keep(pty);
+            self.inner.tails.lock_unpoisoned().keep(pty);
         }
     }
 

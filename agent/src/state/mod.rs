@@ -52,6 +52,7 @@ use crate::now_ms;
 use crate::paths::Paths;
 use crate::pty::orphan;
 use crate::pty::Pty;
+use crate::runtime::LockExt;
 
 /// Handle to the daemon's state; clones share it.
 #[derive(Clone)]
@@ -220,11 +221,11 @@ impl State {
     }
 
     pub(crate) fn book(&self) -> MutexGuard<'_, LeaseTable> {
-        self.inner.book.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.book.lock_unpoisoned()
     }
 
     pub(crate) fn journal(&self) -> MutexGuard<'_, Journal> {
-        self.inner.journal.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.journal.lock_unpoisoned()
     }
 
     /// The running PTY `pty` (live or superseded), from the concurrent map.

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use relay_protocol::PtyId;
 
 use crate::pty::Pty;
+use crate::runtime::LockExt;
 
 /// Most ended PTYs whose output is kept.
 pub const MAX_TAILS: usize = 64;
@@ -37,7 +38,7 @@ impl Tails {
     /// Keeps `pty`'s ring (it just ended), dropping the oldest kept ones beyond the bounds.
     pub(super) fn keep(&mut self, pty: Arc<Pty>) {
         let held = {
-            let ring = pty.ring().lock().unwrap_or_else(|p| p.into_inner());
+            let ring = pty.ring().lock_unpoisoned();
             (ring.end() - ring.start()) as usize
         };
         if held == 0 || held > MAX_TAIL_BYTES {

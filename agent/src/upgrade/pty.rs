@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 use crate::pty::Pty;
+use crate::runtime::LockExt;
 
 impl Pty {
     /// Bytes of input queued and not yet written to the PTY.
@@ -21,7 +22,7 @@ impl Pty {
     /// Holds off reaping: the guard of the reap lock while the child is not reaped yet (its pid
     /// is still ours), `None` once it was reaped.
     pub fn hold_unreaped(&self) -> Option<MutexGuard<'_, bool>> {
-        let reaped = self.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        let reaped = self.reaped.lock_unpoisoned();
         (!*reaped).then_some(reaped)
     }
 
@@ -30,13 +31,13 @@ impl Pty {
     /// [`crate::pty::io::resume_io`]. Blocks only for one read or write; it needs no runtime
     /// thread (the tasks may all be blocked on locks the caller holds).
     pub fn fence_io(&self) {
-        drop(self.io_gate.lock().unwrap_or_else(|p| p.into_inner()));
+        drop(self.io_gate.lock_unpoisoned());
     }
 
     /// What a handover carries of this PTY besides its lease (IO fenced: the ring is final). Copies the ring and renders the model's snapshot.
     pub fn parts_for_handover(&self) -> crate::upgrade::HandedPty {
         let (ring_start, ring_capacity, ring_bytes) = {
-            let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+            let ring = self.ring.lock_unpoisoned();
             (ring.start(), ring.capacity() as u64, ring.to_vec())
         };
         let screen = self
@@ -56,11 +57,7 @@ impl Pty {
             last_output_ms: self.last_output_ms.load(Ordering::Relaxed),
             last_input_ms: self.last_input_ms.load(Ordering::Relaxed),
             superseded: self.is_superseded(),
-            input_seq: self
-                .input_seq
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            input_seq: self.input_seq.lock_unpoisoned().clone(),
         }
     }
 }

@@ -30,6 +30,7 @@ use crate::paths::Paths;
 use crate::pty::io as pty_io;
 use crate::pty::io::set_cloexec;
 use crate::pty::{Pty, PtyParts};
+use crate::runtime::LockExt;
 use crate::state::State;
 use crate::upgrade::version::{self, Version};
 use crate::upgrade::{self as format, probe, HandedPty, Handover};
@@ -66,11 +67,7 @@ impl State {
     }
 
     fn lock_order(&self) -> std::sync::MutexGuard<'_, Option<PathBuf>> {
-        self.inner
-            .upgrade
-            .order
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.inner.upgrade.order.lock_unpoisoned()
     }
 
     fn running_binary() -> AgentBinary {
@@ -104,13 +101,7 @@ impl State {
                 version: n.version.to_string(),
             }),
             newer_installed: newer,
-            last_failure: self
-                .inner
-                .upgrade
-                .last_failure
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            last_failure: self.inner.upgrade.last_failure.lock_unpoisoned().clone(),
             in_progress: self.upgrading(),
             upgraded_from: self.inner.upgrade.upgraded_from.get().cloned(),
         }
@@ -127,12 +118,7 @@ impl State {
         let result = self.accept_upgrade(req).await;
         if let Err(e) = &result {
             tracing::warn!("{e}");
-            *self
-                .inner
-                .upgrade
-                .last_failure
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            *self.inner.upgrade.last_failure.lock_unpoisoned() = Some(e.to_string());
         }
         result
     }
@@ -215,12 +201,7 @@ impl State {
     /// Records why a handover did not happen (for [`State::upgrade_report`]), and logs it.
     pub fn note_upgrade_failure(&self, why: String) {
         tracing::error!("upgrade failed; this agent keeps serving: {why}");
-        *self
-            .inner
-            .upgrade
-            .last_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *self.inner.upgrade.last_failure.lock_unpoisoned() = Some(why);
     }
 
     /// Lets the daemon loop pick up the accepted order (called once the reply is queued, so it
@@ -237,12 +218,7 @@ impl State {
             "upgrade to {} failed; this agent keeps serving: {why}",
             bin.display()
         );
-        *self
-            .inner
-            .upgrade
-            .last_failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+        *self.inner.upgrade.last_failure.lock_unpoisoned() = Some(why.clone());
         self.inner.upgrade.under_way.store(false, Ordering::SeqCst);
         why
     }
@@ -286,13 +262,7 @@ impl State {
 
     /// What is in flight that a cut must not cut through, if anything.
     fn unsettled(&self) -> Option<String> {
-        if !self
-            .inner
-            .gates
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-        {
+        if !self.inner.gates.lock_unpoisoned().is_empty() {
             return Some("a pane is being created".into());
         }
         for entry in self.inner.ptys.iter() {

@@ -10,6 +10,7 @@ use relay_connector::ssh::{
     DeployEvent, HostKeyPolicy, HostKeyPrompt, PassphraseCallback, ProgressCallback, SshOptions,
     UnknownHostKey,
 };
+use relay_connector::LockExt;
 
 /// SSH flags (flatten into a clap command with `#[command(flatten)]`).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -120,7 +121,7 @@ pub fn stderr_progress(destination: &str) -> ProgressCallback {
         match ev {
             DeployEvent::Uploading { sent, total } => {
                 let percent = sent * 100 / (*total).max(1);
-                let mut last = last_percent.lock().unwrap_or_else(|e| e.into_inner());
+                let mut last = last_percent.lock_unpoisoned();
                 if *last == Some(percent) {
                     return;
                 }

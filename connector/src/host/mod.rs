@@ -77,6 +77,7 @@ pub use workspace::Workspace;
 
 use crate::pane::{PaneHandle, PaneSink};
 use crate::session::{attached_of, opened_of, unexpected, ConnectOptions, Route, RouteStart};
+use crate::sync::LockExt;
 use crate::transport::Transport;
 use crate::{Error, Session};
 use panes::{Delivery, HostLink, Live, Registry};
@@ -169,7 +170,7 @@ impl HostInner {
 
     pub(crate) fn registry(&self) -> MutexGuard<'_, Registry> {
         // Updates under this lock are whole map operations: a panic cannot leave them torn.
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+        self.registry.lock_unpoisoned()
     }
 
     pub(crate) fn slot(&self, pty: PtyId) -> Option<Arc<PaneSlot>> {

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::pane::{PaneLink, PaneSink};
 use crate::session::{attached_of, legacy_resume, Route, RouteStart};
+use crate::sync::LockExt;
 use crate::{Error, PaneEvent, Session};
 
 /// The live connection and its generation (a counter of connections of this host).
@@ -142,11 +143,11 @@ impl PaneSlot {
 
     /// Remembers the size the app wants.
     pub(crate) fn want_size(&self, size: TermSize) {
-        *self.size.lock().unwrap_or_else(|e| e.into_inner()) = Some(size);
+        *self.size.lock_unpoisoned() = Some(size);
     }
 
     fn wanted_size(&self) -> Option<TermSize> {
-        *self.size.lock().unwrap_or_else(|e| e.into_inner())
+        *self.size.lock_unpoisoned()
     }
 
     fn set_link(&self, link: SlotLink) {
@@ -280,7 +281,7 @@ impl Registry {
 /// fate from the answer. `registry` is consulted so a connection that ended meanwhile is not
 /// recorded as the slot's.
 pub(crate) async fn reattach(registry: &Mutex<Registry>, slot: Arc<PaneSlot>, live: Live) {
-    let lock = || registry.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = || registry.lock_unpoisoned();
     let Some(resume_from) = slot.sink.resume_point() else {
         return;
     };

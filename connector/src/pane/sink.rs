@@ -15,6 +15,7 @@ use relay_protocol::{EndReason, ExitStatus, ScreenEvent, TermSize, MAX_OUTPUT_CH
 use tokio::sync::mpsc;
 
 use super::PaneEvent;
+use crate::sync::LockExt;
 
 /// Hard cap of a pane's queue in bytes for a given credit window, in bytes: twice the window
 /// plus one output chunk (64 KiB). Without credit (an agent that does not throttle) the window
@@ -90,7 +91,7 @@ impl PaneSink {
 
     fn state(&self) -> std::sync::MutexGuard<'_, SinkState> {
         // Every update below is a single assignment or send: a panic cannot leave it torn.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// Whether the stream has nothing more to say: a final event was queued or the app's end

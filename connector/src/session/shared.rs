@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::pane::{PaneLink, PaneSink};
+use crate::sync::LockExt;
 use crate::Error;
 
 /// Where a reply goes.
@@ -126,7 +127,7 @@ impl Shared {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the maps half-updated in a way that matters.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// A fresh non-zero request id.
@@ -263,7 +264,7 @@ impl Shared {
     /// Records that output of `pty` was consumed up to `offset`; the writer sends the ack.
     pub(crate) fn ack(&self, pty: PtyId, offset: u64) {
         {
-            let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut acks = self.acks.lock_unpoisoned();
             let e = acks.entry(pty).or_insert(offset);
             *e = (*e).max(offset);
         }
@@ -272,7 +273,7 @@ impl Shared {
 
     /// Takes the acks waiting to be written (at most one per PTY).
     pub(crate) fn take_acks(&self) -> Vec<(PtyId, u64)> {
-        let mut acks = self.acks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut acks = self.acks.lock_unpoisoned();
         acks.drain().collect()
     }
 

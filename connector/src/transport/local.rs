@@ -33,6 +33,7 @@ use tokio::sync::watch;
 
 use relay_protocol::bridge::NO_START_FLAG;
 
+use crate::sync::LockExt;
 use crate::transport::{
     AgentStream, ExitCodeFuture, FailureFuture, OpenFuture, OpenOptions, StreamGuard, Transport,
 };
@@ -202,7 +203,7 @@ impl StderrTail {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, TailState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     fn line(&self, line: String) {

@@ -1,4 +1,4 @@
-//! The daemon's descriptor limit across a live upgrade (`relay_agent::nofile`): the new code
+//! The daemon's descriptor limit across a live upgrade (`relay_agent::pty::nofile`): the new code
 //! keeps the raised limit, and programs it starts still get the one the daemon was first
 //! started with.
 
@@ -19,7 +19,7 @@ fn nofile_of(pid: i32) -> (u64, u64) {
     (numbers.next().unwrap(), numbers.next().unwrap())
 }
 
-/// The daemon raised its descriptor limit when it started (`relay_agent::nofile`); after an
+/// The daemon raised its descriptor limit when it started (`relay_agent::pty::nofile`); after an
 /// upgrade, which runs the new code with the raised limit, programs it starts still get the
 /// soft limit the daemon was first started with, and the daemon keeps the raised one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

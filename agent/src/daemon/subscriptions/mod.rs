@@ -25,6 +25,7 @@ use crate::lifecycle::{policy, LeasePolicy};
 use crate::limits;
 use crate::output::hold::Hold;
 use crate::runtime::blocking;
+use crate::runtime::LockExt;
 use crate::state::{Attachment, State};
 use subscription::{Mode, Start, Subscription};
 
@@ -322,7 +323,7 @@ impl Session {
         let pty = Arc::clone(attachment.pty());
         let id = pty.binding().pty;
         let (start, end) = {
-            let ring = pty.ring().lock().unwrap_or_else(|p| p.into_inner());
+            let ring = pty.ring().lock_unpoisoned();
             (ring.start(), ring.end())
         };
         let screen = pty.screen().filter(|_| matches!(mode, Mode::Screen { .. }));

@@ -29,6 +29,7 @@ use crate::output::hold::Hold;
 use crate::output::ring::ReadFrom;
 use crate::output::screen::TakenSnapshot;
 use crate::pty::Pty;
+use crate::runtime::LockExt;
 use crate::state::Attachment;
 
 /// Where a subscription starts.
@@ -252,12 +253,7 @@ impl Forwarder {
             let max = (self.chunk as u64)
                 .min(allowance)
                 .min(limit.map_or(u64::MAX, |l| l - cursor)) as usize;
-            let read = self
-                .pty
-                .ring()
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .read_from(cursor, max);
+            let read = self.pty.ring().lock_unpoisoned().read_from(cursor, max);
             let push = match read {
                 ReadFrom::Data(data) => {
                     self.credit.on_sent(data.len() as u64);

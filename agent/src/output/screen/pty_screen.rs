@@ -23,6 +23,7 @@ use tokio::sync::watch;
 
 use super::model::{ScreenEvent, TerminalModel, Vt100Model};
 use crate::output::ring::{ReadFrom, Ring};
+use crate::runtime::LockExt;
 
 /// Events kept per PTY for clients that attach later (the oldest are dropped first).
 pub const MAX_EVENTS: usize = 256;
@@ -120,7 +121,7 @@ impl PtyScreen {
     pub fn resume(pty: PtyId, size: TermSize, handed: HandedScreen) -> Self {
         let screen = PtyScreen::new(pty, size, handed.scrollback_lines);
         {
-            let mut inner = screen.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = screen.inner.lock_unpoisoned();
             let mut ignored = Vec::new();
             inner.model.feed(&handed.snapshot, &mut ignored);
             inner.fed = handed.offset;
@@ -135,7 +136,7 @@ impl PtyScreen {
     /// stopped, so that is the end of the output), the held events and the last event key.
     pub fn for_handover(&self, ring: &Mutex<Ring>) -> HandedScreen {
         let taken = self.snapshot(ring);
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.lock_unpoisoned();
         HandedScreen {
             scrollback_lines: self.scrollback_lines,
             offset: taken.offset,
@@ -161,7 +162,7 @@ impl PtyScreen {
             // Only what makes room, plus a chunk: the reader is held up briefly and often rather
             // than for a whole ring at once.
             let upto = needed - capacity as u64 + CATCH_UP_CHUNK as u64;
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = self.inner.lock_unpoisoned();
             self.catch_up_locked(&mut inner, ring, upto, None);
         }
     }
@@ -191,7 +192,7 @@ impl PtyScreen {
     /// [`LOCK_STEP`] bytes, so a snapshot or a resize waits for at most one step, not a whole
     /// backlog.
     pub fn catch_up(&self, ring: &Mutex<Ring>) {
-        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
+        let target = ring.lock_unpoisoned().end();
         self.catch_up_to(ring, target, None);
     }
 
@@ -206,7 +207,7 @@ impl PtyScreen {
     /// goes on, within about `TAIL_MAX / LOOKAHEAD_LAG + 1` batches; once it stops, in the next.
     /// Snapshots, resizes and exits parse everything, as before.
     pub fn catch_up_flowing(&self, ring: &Mutex<Ring>) -> CaughtUp {
-        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
+        let target = ring.lock_unpoisoned().end();
         let seen = self.worker_seen.swap(target, Ordering::AcqRel);
         let flowing = target.saturating_sub(seen) > LOOKAHEAD_LAG;
         let mut tail = LeaveTail {
@@ -222,7 +223,7 @@ impl PtyScreen {
         mut tail: Option<&mut LeaveTail>,
     ) -> CaughtUp {
         loop {
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = self.inner.lock_unpoisoned();
             if inner.fed >= target {
                 return CaughtUp::Done;
             }
@@ -260,7 +261,7 @@ impl PtyScreen {
         while inner.fed < upto {
             let max = (upto - inner.fed).min(CATCH_UP_CHUNK as u64) as usize;
             let (read, far_behind) = {
-                let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
+                let ring = ring.lock_unpoisoned();
                 // Counted to the ring's end even when parsing stops at `upto`: every byte held
                 // is parsed before any snapshot is taken. The scan stops at `needed`.
                 let left = ring.end().saturating_sub(inner.fed);
@@ -333,8 +334,8 @@ impl PtyScreen {
         // Most of the lag is parsed without holding the lock against the model thread's steps;
         // the rest, up to the end seen now, under it.
         self.catch_up(ring);
-        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let target = ring.lock_unpoisoned().end();
+        let mut inner = self.inner.lock_unpoisoned();
         self.catch_up_locked(&mut inner, ring, target, None);
         let (cols, rows) = inner.model.size();
         TakenSnapshot {
@@ -348,15 +349,15 @@ impl PtyScreen {
     /// the new one.
     pub fn resize(&self, ring: &Mutex<Ring>, size: TermSize) {
         self.catch_up(ring);
-        let target = ring.lock().unwrap_or_else(|p| p.into_inner()).end();
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let target = ring.lock_unpoisoned().end();
+        let mut inner = self.inner.lock_unpoisoned();
         self.catch_up_locked(&mut inner, ring, target, None);
         inner.model.resize(size.cols, size.rows);
     }
 
     /// Whether a full-screen program has the alternate screen (as far as the model has parsed).
     pub fn alternate_screen(&self) -> bool {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.lock_unpoisoned();
         inner.model.alternate_screen()
     }
 
@@ -370,7 +371,7 @@ impl PtyScreen {
         if *self.keys.borrow() <= after {
             return Vec::new();
         }
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.lock_unpoisoned();
         inner
             .events
             .iter()

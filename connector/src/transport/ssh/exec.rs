@@ -11,6 +11,7 @@ use russh::{Channel, ChannelMsg};
 
 use super::destination::sh_quote;
 use super::handler::{russh_error, ClientHandler};
+use crate::sync::LockExt;
 use crate::Error;
 
 /// Most output kept per stream; more is counted but dropped (deploy commands print little).
@@ -112,7 +113,7 @@ pub(crate) async fn run_on(
 
     // Time of the last sign of life: window space taken by a write, or any message received.
     let last_progress = Mutex::new(Instant::now());
-    let touch = || *last_progress.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    let touch = || *last_progress.lock_unpoisoned() = Instant::now();
     let send = async {
         if let Some(data) = stdin {
             let total = data.len() as u64;
@@ -141,7 +142,7 @@ pub(crate) async fn run_on(
     // reads it; a write would wait for window space forever), so sending stops.
     let mut ended_at: Option<Instant> = None;
     loop {
-        let idle_deadline = *last_progress.lock().unwrap_or_else(|e| e.into_inner()) + NO_PROGRESS;
+        let idle_deadline = *last_progress.lock_unpoisoned() + NO_PROGRESS;
         let deadline = match ended_at {
             Some(t) => idle_deadline.min(t + CLOSE_GRACE),
             None => idle_deadline,

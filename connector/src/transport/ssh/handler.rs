@@ -8,6 +8,7 @@ use std::time::Duration;
 use russh::keys::PublicKeyOrCertificate;
 
 use super::known_hosts::{self, HostKeyPolicy, HostKeyPrompt};
+use crate::sync::LockExt;
 use crate::Error;
 
 /// Error type of the russh session task: either russh's own, or our host key refusal (kept
@@ -76,7 +77,7 @@ pub(crate) type LostReason = Arc<Mutex<Option<String>>>;
 
 /// Reads a [`LostReason`].
 pub(crate) fn lost_reason(slot: &LostReason) -> Option<String> {
-    slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    slot.lock_unpoisoned().clone()
 }
 
 impl russh::client::Handler for ClientHandler {
@@ -104,7 +105,7 @@ impl russh::client::Handler for ClientHandler {
             DisconnectReason::Error(HandlerError::HostKey(e)) => e.report(),
         };
         tracing::debug!("ssh disconnected: {text}");
-        *self.lost.lock().unwrap_or_else(|e| e.into_inner()) = Some(text);
+        *self.lost.lock_unpoisoned() = Some(text);
         match reason {
             DisconnectReason::ReceivedDisconnect(_) => Ok(()),
             DisconnectReason::Error(e) => Err(e),

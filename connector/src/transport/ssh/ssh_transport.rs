@@ -32,6 +32,7 @@ use super::deploy::{self, AgentSource, DeployEvent, DeployReport, Installed, Pro
 use super::exec;
 use super::handler::russh_error;
 use super::known_hosts::{HostKeyPolicy, HostKeyPrompt};
+use crate::sync::LockExt;
 use crate::transport::{
     AgentStream, ExitCodeFuture, OpenFuture, OpenOptions, StreamGuard, Transport,
 };
@@ -150,7 +151,7 @@ impl StreamGuard for SshGuard {
     /// The agent answered: the next connect may run it without a probe.
     fn ready(&mut self) {
         if let Some((cell, known)) = self.remember.take() {
-            *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some(known);
+            *cell.lock_unpoisoned() = Some(known);
         }
     }
 }
@@ -171,10 +172,7 @@ impl SshTransport {
 
     /// What the most recent successful open's deploy step did.
     pub fn last_deploy(&self) -> Option<DeployReport> {
-        self.last_deploy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.last_deploy.lock_unpoisoned().clone()
     }
 
     /// Resolves the destination with the ssh config (see [`config::resolve`]).
@@ -220,7 +218,7 @@ impl SshTransport {
         match self.start_bridge(&cfg, &conn, options, &first).await {
             Ok((reader, write, known)) => {
                 let report = known.report.clone();
-                *self.last_deploy.lock().unwrap_or_else(|e| e.into_inner()) = Some(report.clone());
+                *self.last_deploy.lock_unpoisoned() = Some(report.clone());
                 let writer = Box::pin(write.make_writer());
                 let guard = SshGuard {
                     conn: Some(Arc::new(conn)),
@@ -255,7 +253,7 @@ impl SshTransport {
     ) -> Result<(BridgeReader, ChannelWriteHalf<Msg>, Known), Error> {
         let progress = self.opts.progress.as_ref();
         // Taken: only a connect the agent welcomes remembers it again (`SshGuard::ready`).
-        let known = self.known.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let known = self.known.lock_unpoisoned().take();
         let known = known.filter(|k| k.local == local_stamps(&self.opts.agent, &k.report.target));
         if let Some(known) = known {
             match self
@@ -288,7 +286,7 @@ impl SshTransport {
                     | Error::ConnectRefused { .. }
                     | Error::ConnectTimeout(_)),
                 )) => {
-                    *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Some(known);
+                    *self.known.lock_unpoisoned() = Some(known);
                     return Err(e);
                 }
                 Err(BridgeFailure::Other(e)) => return Err(e),

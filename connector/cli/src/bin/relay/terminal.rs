@@ -6,6 +6,7 @@ use std::os::fd::AsFd;
 use std::sync::Mutex;
 
 use nix::sys::termios::{self, SetArg, Termios};
+use relay_connector::LockExt;
 use relay_protocol::TermSize;
 use tokio::sync::mpsc;
 
@@ -32,7 +33,7 @@ impl RawMode {
         let original = termios::tcgetattr(stdin.as_fd())?;
         let mut raw = original.clone();
         termios::cfmakeraw(&mut raw);
-        *SAVED.lock().unwrap_or_else(|e| e.into_inner()) = Some(original.clone());
+        *SAVED.lock_unpoisoned() = Some(original.clone());
         install_panic_hook();
         termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw)?;
         Ok(Some(RawMode { original }))
@@ -42,7 +43,7 @@ impl RawMode {
 impl Drop for RawMode {
     fn drop(&mut self) {
         let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &self.original);
-        SAVED.lock().unwrap_or_else(|e| e.into_inner()).take();
+        SAVED.lock_unpoisoned().take();
     }
 }
 
@@ -51,7 +52,7 @@ fn install_panic_hook() {
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if let Some(t) = SAVED.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if let Some(t) = SAVED.lock_unpoisoned().take() {
                 let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &t);
             }
             previous(info);

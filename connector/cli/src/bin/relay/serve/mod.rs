@@ -33,6 +33,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use params::Params;
+use relay_connector::LockExt;
 use rpc::{Incoming, Line, LineReader, Out, RpcError};
 
 /// Runs the sidecar until stdin closes; returns the exit code (0).
@@ -169,11 +170,11 @@ impl Server {
 
     fn hosts(&self) -> MutexGuard<'_, HashMap<String, HostEntry>> {
         // Whole-map operations only: a panic cannot leave the map torn.
-        self.hosts.lock().unwrap_or_else(|e| e.into_inner())
+        self.hosts.lock_unpoisoned()
     }
 
     fn panes(&self) -> MutexGuard<'_, HashMap<(String, PtyId), PaneEntry>> {
-        self.panes.lock().unwrap_or_else(|e| e.into_inner())
+        self.panes.lock_unpoisoned()
     }
 
     /// The host of id `id`.

@@ -20,6 +20,7 @@ use super::rpc::RpcError;
 use super::wire;
 use super::workspace::within;
 use super::{done, Answer, Outcome, PaneEntry, Server};
+use relay_connector::LockExt;
 
 /// Bytes of output the sidecar sends for one pane beyond the app's last `pane.ack`: 1 MiB.
 pub const APP_WINDOW: u64 = 1 << 20;
@@ -44,7 +45,7 @@ impl AppCredit {
     }
 
     fn offsets(&self) -> std::sync::MutexGuard<'_, (u64, u64)> {
-        self.offsets.lock().unwrap_or_else(|e| e.into_inner())
+        self.offsets.lock_unpoisoned()
     }
 
     fn has_room(&self) -> bool {

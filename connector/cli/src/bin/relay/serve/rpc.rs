@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use relay_connector::LockExt;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -395,7 +396,7 @@ impl Out {
     ) -> std::sync::MutexGuard<'_, HashMap<u64, std::sync::mpsc::Sender<Result<Value, Value>>>>
     {
         // Whole-map operations only: a panic cannot leave it torn.
-        self.asked.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        self.asked.waiting.lock_unpoisoned()
     }
 }
 
