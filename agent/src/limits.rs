@@ -351,25 +351,17 @@ mod tests {
     }
 
     fn lease(leaf: &str, counter: u64, state: LeaseState, since_ms: u64) -> LeaseInfo {
-        LeaseInfo {
-            binding: Binding {
-                pane: PaneKey::new("w".repeat(MAX_KEY_PART), "t", leaf),
-                pty: PtyId {
-                    incarnation: Incarnation(1),
-                    counter,
-                },
+        let binding = Binding {
+            pane: PaneKey::new("w".repeat(MAX_KEY_PART), "t", leaf),
+            pty: PtyId {
+                incarnation: Incarnation(1),
+                counter,
             },
-            state,
-            pid: Some(1),
+        };
+        LeaseInfo {
             since_ms,
-            last_output_ms: None,
-            bytes_out: 0,
             command: vec!["c".repeat(MAX_COMMAND_BYTES - 1)],
-            exit: None,
-            reason: None,
-            protected: false,
-            attached: 0,
-            size: TermSize::default(),
+            ..relay_testkit::lease(binding, state)
         }
     }
 

@@ -6,7 +6,7 @@ use relay_protocol::message::{
 };
 use relay_protocol::{
     Binding, Capability, EndReason, ErrorReply, ExitStatus, LeaseInfo, LeaseState, Request,
-    Response, TermSize,
+    Response,
 };
 
 use super::{GcPlan, KillSummary};
@@ -15,18 +15,8 @@ use crate::Error;
 
 fn info(leaf: &str, counter: u64, state: LeaseState) -> LeaseInfo {
     LeaseInfo {
-        binding: binding_of(leaf, counter),
-        state,
         pid: Some(100 + counter as u32),
-        since_ms: 0,
-        last_output_ms: None,
-        bytes_out: 0,
-        command: vec![],
-        exit: None,
-        reason: None,
-        protected: false,
-        attached: 0,
-        size: TermSize::default(),
+        ..relay_testkit::lease(binding_of(leaf, counter), state)
     }
 }
 

@@ -1,24 +1,15 @@
 //! A [`LeaseInfo`] to start a test row from; tests change what they check with struct update
-//! syntax (`LeaseInfo { protected: true, ..lease(pane, 3, LeaseState::Detached) }`).
+//! syntax (`LeaseInfo { protected: true, ..lease(binding, LeaseState::Detached) }`).
 
-use relay_protocol::{Binding, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId, TermSize};
+use relay_protocol::{Binding, LeaseInfo, LeaseState, TermSize};
 
-/// The incarnation of every PTY id [`lease`] makes.
-pub const INCARNATION: Incarnation = Incarnation(1);
-
-/// A lease of `pane` with PTY id `1.<counter>` in `state`: pid `4000 + counter`, since the epoch
-/// (0 ms), no output, no command, no exit, not protected, nothing attached, the default size.
-pub fn lease(pane: PaneKey, counter: u64, state: LeaseState) -> LeaseInfo {
+/// A lease of `binding` in `state`: pid `4000 + the PTY counter`, since the epoch (0 ms), no
+/// output, no command, no exit, not protected, nothing attached, the default size.
+pub fn lease(binding: Binding, state: LeaseState) -> LeaseInfo {
     LeaseInfo {
-        binding: Binding {
-            pane,
-            pty: PtyId {
-                incarnation: INCARNATION,
-                counter,
-            },
-        },
+        pid: Some(4000 + binding.pty.counter as u32),
+        binding,
         state,
-        pid: Some(4000 + counter as u32),
         since_ms: 0,
         last_output_ms: None,
         bytes_out: 0,

@@ -1,5 +1,6 @@
-//! Helpers for agent integration tests: a temp `RELAY_HOME` whose daemon is stopped on drop, a
-//! small raw-protocol client (over the Unix socket or a bridge's stdio), and /proc probes.
+//! Helpers for agent integration tests: a temp `RELAY_HOME` whose processes end on drop, a
+//! small raw-protocol client (over the Unix socket or a bridge's stdio), and the /proc probes of
+//! `relay_testkit::procs`.
 #![allow(dead_code)]
 // The client returns the wire's `ErrorReply` so tests compare it directly.
 #![allow(clippy::result_large_err)]
@@ -15,60 +16,48 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use relay_protocol::message::*;
 use relay_protocol::{
     Binding, ErrorReply, Hello, LeaseInfo, Message, PaneKey, PtyId, Push, Request, Response,
     SpawnSpec, TermSize, Welcome,
 };
+pub use relay_testkit::procs::{alive, children, pids_with, pids_with_arg};
+use relay_testkit::TempHome;
 
 /// The agent binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_relay-agent");
 /// Default wait for anything the daemon should do promptly.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// A private `RELAY_HOME`; every daemon started for it is stopped when this drops.
+/// A private `RELAY_HOME` (a [`TempHome`]: every process of it ends when it drops).
 pub struct Home {
-    dir: tempfile::TempDir,
+    home: TempHome,
 }
 
 impl Home {
     /// A fresh home under /tmp (short, so the socket path fits).
     pub fn new() -> Home {
-        let dir = tempfile::Builder::new()
-            .prefix("ra-")
-            .tempdir_in("/tmp")
-            .expect("temp dir");
-        std::fs::create_dir(dir.path().join("home")).expect("the shells' HOME");
-        Home { dir }
+        Home {
+            home: TempHome::new("ra-"),
+        }
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        self.home.path()
     }
 
     pub fn socket(&self) -> PathBuf {
-        self.path().join("run/agent.sock")
+        self.home.socket()
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.path().join("log/agent.log")).unwrap_or_default()
+        self.home.log()
     }
 
-    /// `relay-agent <args>` with this home.
+    /// `relay-agent <args>` with this home (and [`TempHome::env`]), logging at debug level.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
-        c.args(args)
-            .env("RELAY_HOME", self.path())
-            .env("RELAY_LOG", "debug")
-            // A loaded test machine may need longer than the default 500 ms to drain a PTY that
-            // exited; tests compare exact output before `Exited`.
-            .env("RELAY_EXIT_OUTPUT_GRACE_MS", "5000")
-            // Login shells read no dotfiles of the machine's user: a slow or locking profile
-            // (seen: a pyenv rehash lock left by a shell killed during its startup) must not
-            // decide whether a test passes.
-            .env("HOME", self.path().join("home"));
+        let mut c = self.home.command(Path::new(BIN));
+        c.args(args).env("RELAY_LOG", "debug");
         c
     }
 
@@ -121,34 +110,12 @@ impl Home {
 
     /// Pids of `relay-agent daemon` processes running for this home.
     pub fn daemons(&self) -> Vec<u32> {
-        let want = format!("RELAY_HOME={}", self.path().display());
-        procs()
-            .into_iter()
-            .filter(|&pid| {
-                let cmd = read_nul_list(&format!("/proc/{pid}/cmdline"));
-                let env = read_nul_list(&format!("/proc/{pid}/environ"));
-                cmd.get(1).map(String::as_str) == Some("daemon")
-                    && cmd[0].ends_with("relay-agent")
-                    && env.contains(&want)
-                    && alive(pid)
-            })
-            .collect()
+        self.home.pids_running("daemon")
     }
 
     /// Waits until agent.log contains `needle`.
     pub fn wait_log(&self, needle: &str) -> bool {
         wait_until(WAIT, || self.log().contains(needle))
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        for pid in self.daemons() {
-            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-            if !wait_until(WAIT, || !alive(pid)) {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-            }
-        }
     }
 }
 
@@ -497,21 +464,6 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Whether `pid` exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // The state follows the parenthesized command name.
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|s| s.trim().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
-        }
-        Err(_) => false,
-    }
-}
-
 /// Spawns `command`, whose program file was just written by this process.
 ///
 /// A test thread that forked while the file was open for writing holds that descriptor until
@@ -527,64 +479,4 @@ pub fn spawn_fresh_file(command: &mut Command) -> Child {
             spawned => return spawned.expect("spawn"),
         }
     }
-}
-
-/// Pids of live processes whose command line contains `needle`.
-pub fn pids_with(needle: &str) -> Vec<u32> {
-    pids_where(|arg| arg.contains(needle))
-}
-
-/// Pids of live processes one of whose command-line arguments is exactly `arg`.
-pub fn pids_with_arg(arg: &str) -> Vec<u32> {
-    pids_where(|a| a == arg)
-}
-
-fn pids_where(matches: impl Fn(&str) -> bool) -> Vec<u32> {
-    procs()
-        .into_iter()
-        .filter(|&pid| {
-            alive(pid)
-                && read_nul_list(&format!("/proc/{pid}/cmdline"))
-                    .iter()
-                    .any(|a| matches(a))
-        })
-        .collect()
-}
-
-/// Live child pids of `pid` (from /proc/<pid>/task/*/children).
-pub fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for t in tasks.flatten() {
-            let text = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
-        }
-    }
-    out.retain(|&c| alive(c));
-    out.sort_unstable();
-    out
-}
-
-fn procs() -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn read_nul_list(path: &str) -> Vec<String> {
-    std::fs::read(path)
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }

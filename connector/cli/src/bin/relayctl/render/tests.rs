@@ -2,23 +2,21 @@
 
 use super::*;
 use relay_protocol::message::{LeaseCounts, LeaseRow, PolicyInfo, Status, Tag};
-use relay_protocol::{Binding, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId, TermSize};
+use relay_protocol::{Binding, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId};
 
 use crate::targets::Lifecycle;
 
 fn lease() -> LeaseInfo {
-    LeaseInfo {
-        binding: Binding {
-            pane: PaneKey::new("ws", "main", "0"),
-            pty: PtyId {
-                incarnation: Incarnation(0xab),
-                counter: 3,
-            },
+    let binding = Binding {
+        pane: PaneKey::new("ws", "main", "0"),
+        pty: PtyId {
+            incarnation: Incarnation(0xab),
+            counter: 3,
         },
-        state: LeaseState::Ended,
+    };
+    LeaseInfo {
         pid: Some(4242),
         since_ms: 1_000_000,
-        last_output_ms: None,
         bytes_out: 2048,
         command: vec!["sh".into(), "-c".into(), "exit 3".into()],
         exit: Some(ExitStatus {
@@ -27,8 +25,7 @@ fn lease() -> LeaseInfo {
         }),
         reason: Some(EndReason::AgentRestarted),
         protected: true,
-        attached: 0,
-        size: TermSize::default(),
+        ..relay_testkit::lease(binding, LeaseState::Ended)
     }
 }
 

@@ -2,7 +2,6 @@
 
 use super::*;
 use relay_protocol::Incarnation;
-use relay_protocol::TermSize;
 
 pub(crate) fn pty(counter: u64) -> PtyId {
     PtyId {
@@ -12,23 +11,11 @@ pub(crate) fn pty(counter: u64) -> PtyId {
 }
 
 pub(crate) fn info(pane: &str, counter: u64, state: LeaseState) -> LeaseInfo {
-    LeaseInfo {
-        binding: Binding {
-            pane: parse_pane(pane).unwrap(),
-            pty: pty(counter),
-        },
-        state,
-        pid: Some(4000 + counter as u32),
-        since_ms: 0,
-        last_output_ms: None,
-        bytes_out: 0,
-        command: vec![],
-        exit: None,
-        reason: None,
-        protected: false,
-        attached: 0,
-        size: TermSize::default(),
-    }
+    let binding = Binding {
+        pane: parse_pane(pane).unwrap(),
+        pty: pty(counter),
+    };
+    relay_testkit::lease(binding, state)
 }
 
 pub(crate) fn listing(leases: &[(&str, u64, LeaseState)]) -> Listing {
