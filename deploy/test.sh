@@ -5,7 +5,7 @@
 #
 # It installs the Debian packages the tests use, starts a Docker engine, builds the sshd fixture
 # images and the portable agents, then checks format and lints, builds and runs the tests, runs
-# the benchmark smoke and the fuzz smoke, and removes the test containers. apt-get and Docker need
+# the desktop builds (deploy/check-desktops.sh), the benchmark smoke and the fuzz smoke, and removes the test containers. apt-get and Docker need
 # root: run it as root, or as a user who may use sudo (the fixture scripts use sudo themselves).
 # Exit status: a failing set-up, lint or tool-install step stops it with that step's status
 # (set -e); otherwise it runs every stage and exits 0 only when the tests, the benchmark smoke and
@@ -40,6 +40,8 @@ command -v node >/dev/null || need+=(nodejs)
 command -v readelf >/dev/null || need+=(binutils)
 # The fuzz smoke (fuzz/run.sh) builds libFuzzer, which is C++.
 command -v c++ >/dev/null || need+=(g++)
+# The connector's Windows unit tests run under wine (deploy/check-desktops.sh).
+[ -x /usr/lib/wine/wine64 ] || need+=(wine64)
 # The portable agents' toolchain (zig, cargo-zigbuild) comes from PyPI through pip.
 command -v cargo-zigbuild >/dev/null || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
@@ -78,6 +80,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log "Tests (the README's test command)"
 status=0
 cargo build --workspace --bins --locked && cargo test --workspace --locked || status=$?
+
+log "Desktops: the connector built for Windows and macOS, its unit tests run under wine"
+bash deploy/check-desktops.sh || status=1
 
 log "Benchmark smoke: one short round of every scenario, so none rots (docs/performance.md)"
 cargo test -p relay-tests --bench relay_bench --locked -- --smoke --all || status=1

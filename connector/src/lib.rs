@@ -87,6 +87,7 @@ pub mod lifecycle;
 pub mod pane;
 pub mod session;
 mod sync;
+pub mod sys;
 pub mod transport;
 
 pub use host::input;

@@ -1,6 +1,8 @@
 //! The local transport's bridge as a session sees it: how a bridge that exits instead of
 //! answering the hello is reported. Across two layers (transport and session), so an integration
-//! test on the public API rather than a unit test of either.
+//! test on the public API rather than a unit test of either. Unix only: Windows has no local agent
+//! (`transport/local.rs` tests what it says instead).
+#![cfg(unix)]
 
 use std::os::unix::fs::PermissionsExt;
 

@@ -46,19 +46,16 @@ impl Default for HeartbeatPolicy {
 pub(crate) struct Now {
     /// Monotonic (stops during suspend on Linux).
     pub(crate) mono: Instant,
-    /// Time since boot including suspend (`CLOCK_BOOTTIME`).
+    /// Time since boot including suspend ([`crate::sys::boot_time`]).
     pub(crate) boot: Duration,
 }
 
 impl Now {
     /// Reads both clocks.
     pub(crate) fn read() -> Now {
-        let boot = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-            .map(Duration::from)
-            .unwrap_or_default();
         Now {
             mono: Instant::now(),
-            boot,
+            boot: crate::sys::boot_time(),
         }
     }
 }

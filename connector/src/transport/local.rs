@@ -21,7 +21,6 @@
 //! successful handshake the held lines, and every later one, are logged.
 
 use std::ffi::OsString;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -34,6 +33,7 @@ use tokio::sync::watch;
 use relay_protocol::bridge::NO_START_FLAG;
 
 use crate::sync::LockExt;
+use crate::sys;
 use crate::transport::{
     AgentStream, ExitCodeFuture, FailureFuture, OpenFuture, OpenOptions, StreamGuard, Transport,
 };
@@ -111,6 +111,9 @@ impl LocalTransport {
     }
 
     async fn spawn(&self, options: OpenOptions) -> Result<AgentStream, Error> {
+        if !sys::HAS_LOCAL_AGENT {
+            return Err(Error::spawn(sys::NO_LOCAL_AGENT));
+        }
         let bin = self.agent_path()?;
         let mut cmd = Command::new(&bin);
         cmd.arg("bridge");
@@ -125,9 +128,9 @@ impl LocalTransport {
                 BridgeStderr::Null => Stdio::null(),
             })
             // Only the bridge dies with the stream; the daemon it starts is its own session.
-            .kill_on_drop(true)
-            // A Ctrl-C typed at a cooked terminal must reach us, not kill the bridge under us.
-            .process_group(0);
+            .kill_on_drop(true);
+        // A Ctrl-C typed at a cooked terminal must reach us, not kill the bridge under us.
+        sys::own_process_group(&mut cmd);
         if let Some(home) = &self.config.relay_home {
             cmd.env("RELAY_HOME", home);
         }
@@ -347,7 +350,7 @@ pub fn locate_agent(explicit: Option<&Path>) -> Result<PathBuf, Error> {
         let dir = exe.parent();
         for candidate in [dir, dir.and_then(Path::parent)].into_iter().flatten() {
             let path = candidate.join(AGENT_BIN_NAME);
-            if is_executable(&path) {
+            if sys::is_executable(&path) {
                 return Ok(path);
             }
             looked.push(path.display().to_string());
@@ -356,7 +359,7 @@ pub fn locate_agent(explicit: Option<&Path>) -> Result<PathBuf, Error> {
     if let Some(paths) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&paths) {
             let path = dir.join(AGENT_BIN_NAME);
-            if is_executable(&path) {
+            if sys::is_executable(&path) {
                 return Ok(path);
             }
         }
@@ -370,7 +373,7 @@ pub fn locate_agent(explicit: Option<&Path>) -> Result<PathBuf, Error> {
 }
 
 fn check_explicit(path: &Path, source: &str) -> Result<PathBuf, Error> {
-    if is_executable(path) {
+    if sys::is_executable(path) {
         Ok(path.to_path_buf())
     } else {
         Err(Error::no_agent_binary(format!(
@@ -378,12 +381,6 @@ fn check_explicit(path: &Path, source: &str) -> Result<PathBuf, Error> {
             path.display()
         )))
     }
-}
-
-fn is_executable(path: &Path) -> bool {
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -411,8 +408,10 @@ mod tests {
         assert!(matches!(err, Error::NoAgentBinary { .. }));
     }
 
+    #[cfg(unix)]
     #[test]
     fn explicit_executable_is_used_as_is() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("agent");
         std::fs::write(&path, "#!/bin/sh\n").unwrap();
@@ -423,5 +422,15 @@ mod tests {
             locate_agent(Some(&path)).is_err(),
             "a non-executable file is refused"
         );
+    }
+
+    /// Windows has no local agent: `--local` and the library say so instead of failing to spawn.
+    #[cfg(windows)]
+    #[tokio::test]
+    async fn windows_has_no_local_agent() {
+        let Err(err) = LocalTransport::new().open(OpenOptions::default()).await else {
+            panic!("the local transport opened on Windows");
+        };
+        assert!(err.to_string().contains(sys::NO_LOCAL_AGENT), "{err}");
     }
 }

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use russh::client::{AuthResult, Handle};
-use russh::keys::agent::client::AgentClient;
 use russh::keys::agent::AgentIdentity;
 use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKey};
 
@@ -64,10 +63,14 @@ pub(crate) async fn authenticate(
         .filter_map(|p| russh::keys::load_public_key(pub_path(p)).ok())
         .collect();
 
-    // An empty SSH_AUTH_SOCK counts as unset, as in OpenSSH.
-    let agent_sock = std::env::var_os("SSH_AUTH_SOCK").filter(|s| !s.is_empty());
-    if !opts.no_agent && agent_sock.is_some() {
-        match AgentClient::connect_env().await {
+    // The user's ssh-agent, if there is one to ask (`sys::connect_agent` says where it looks on
+    // each platform; an empty SSH_AUTH_SOCK counts as unset, as in OpenSSH).
+    let agent = match opts.no_agent {
+        true => None,
+        false => crate::sys::connect_agent().await,
+    };
+    if let Some(connected) = agent {
+        match connected {
             Ok(mut agent) => match agent.request_identities().await {
                 Ok(ids) => {
                     for id in ids {

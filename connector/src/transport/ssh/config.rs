@@ -25,6 +25,7 @@ use std::time::Duration;
 
 pub use super::destination::Destination;
 use super::destination::{check_user, shell_word};
+pub(crate) use crate::sys::{home_dir, local_user};
 use crate::Error;
 
 /// What the caller typed, plus command-line overrides (like `ssh -p`, `-l`, `-F`).
@@ -294,7 +295,7 @@ fn fallback(
     let path = match file {
         Some(f) => Some(f.to_path_buf()),
         None => home_dir()
-            .map(|h| h.join(".ssh/config"))
+            .map(|h| h.join(".ssh").join("config"))
             .filter(|p| p.is_file()),
     };
     let config = match &path {
@@ -396,30 +397,16 @@ fn is_yes(value: &str) -> bool {
 
 fn default_known_hosts() -> Vec<PathBuf> {
     home_dir()
-        .map(|h| vec![h.join(".ssh/known_hosts"), h.join(".ssh/known_hosts2")])
+        .map(|h| {
+            vec![
+                h.join(".ssh").join("known_hosts"),
+                h.join(".ssh").join("known_hosts2"),
+            ]
+        })
         .unwrap_or_default()
 }
 
-/// `$HOME`, if set.
-pub(crate) fn home_dir() -> Option<PathBuf> {
-    std::env::var_os("HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-}
-
-fn local_user() -> Option<String> {
-    std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .or_else(|| {
-            nix::unistd::User::from_uid(nix::unistd::getuid())
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-        })
-}
-
-/// Expands a leading `~` or `~/` with `$HOME`; other paths are returned as they are.
+/// Expands a leading `~` or `~/` with the home directory (`$HOME`; `%USERPROFILE%` on Windows); other paths are returned as they are.
 pub fn expand_tilde(path: &str) -> PathBuf {
     match (path, home_dir()) {
         ("~", Some(home)) => home,
@@ -481,6 +468,8 @@ mod tests {
 
     /// `%h`, `%r`, `%n` cannot inject a command into a ProxyCommand, and `%%` and `%p` expand as
     /// before. The command is run by a real `sh`: what reaches its argv is exactly the value.
+    // POSIX quoting, checked by a real `sh`; Windows runs ProxyCommand through `cmd`.
+    #[cfg(unix)]
     #[test]
     fn proxy_command_tokens_are_quoted_for_the_shell() {
         let dir = tempfile::tempdir().unwrap();

@@ -265,9 +265,7 @@ struct ProxyStream {
 
 impl ProxyStream {
     fn spawn(command: &str) -> Result<Self, Error> {
-        let mut child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(command)
+        let mut child = crate::sys::shell_command(command)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use russh::keys::{HashAlg, PublicKey};
 
 use super::config::StrictHostKeyChecking;
-use crate::Error;
+use crate::{sys, Error};
 
 /// What to do with a host key that is not in any known_hosts file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -292,9 +292,9 @@ fn list_files(files: &[PathBuf]) -> String {
         .join(", ")
 }
 
-/// Appends `name key` to `file`, creating its directory (0700) and the file (0600) if needed.
+/// Appends `name key` to `file`, creating its directory and the file if needed, private to the
+/// user ([`sys::create_private_dir`], [`sys::append_private_file`]).
 fn record(name: &str, key: &PublicKey, file: &Path) -> Result<(), Error> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     let fail = |e: std::io::Error| {
         Error::host_key(format!(
             "cannot record the host key of {name} in {}",
@@ -304,22 +304,13 @@ fn record(name: &str, key: &PublicKey, file: &Path) -> Result<(), Error> {
     };
     if let Some(dir) = file.parent() {
         if !dir.as_os_str().is_empty() && !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(fail)?;
+            sys::create_private_dir(dir).map_err(fail)?;
         }
     }
     let encoded = key
         .to_openssh()
         .map_err(|e| fail(std::io::Error::other(e)))?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(file)
-        .map_err(fail)?;
+    let mut f = sys::append_private_file(file).map_err(fail)?;
     let len = f.metadata().map_err(fail)?.len();
     let needs_newline = len > 0 && {
         let text = std::fs::read(file).map_err(fail)?;
@@ -407,9 +398,12 @@ mod tests {
         .unwrap();
         let text = std::fs::read_to_string(&file).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
         // A changed key is refused even under accept-new, naming file and line.
         let err = verify(
             "h",
@@ -549,7 +543,12 @@ mod tests {
             .source()
             .and_then(|s| s.downcast_ref::<std::io::Error>())
             .expect("the io error is the source");
-        assert_eq!(io.kind(), std::io::ErrorKind::NotADirectory, "{io}");
+        // Windows reports a file used as a directory as a path not found.
+        let expected = match cfg!(windows) {
+            true => std::io::ErrorKind::NotFound,
+            false => std::io::ErrorKind::NotADirectory,
+        };
+        assert_eq!(io.kind(), expected, "{io}");
         assert_eq!(
             err.report(),
             format!(

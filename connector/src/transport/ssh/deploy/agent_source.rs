@@ -221,7 +221,8 @@ impl LocalAgent {
     }
 }
 
-#[cfg(test)]
+// Only a Linux desktop has a native build of the agent.
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

@@ -287,6 +287,8 @@ mod tests {
 
     /// The mount probe's awk program against a mounts table: the longest containing mount
     /// point, the top one of stacked mounts, and a mount point with a space.
+    // The reference is the host's own `awk`, as the probe runs it there.
+    #[cfg(unix)]
     #[test]
     fn the_mount_in_effect_is_found_in_a_mounts_table() {
         let table = "/dev/root / ext4 rw,relatime 0 0\n\
@@ -363,6 +365,8 @@ mod tests {
             .expect("what the probe could not tell is not guessed");
     }
 
+    // Needs a glibc-linked binary and binutils' readelf: a Linux desktop.
+    #[cfg(target_os = "linux")]
     #[test]
     fn the_glibc_needs_of_a_binary_are_what_readelf_lists() {
         // This test binary is linked like the native agent: against this machine's glibc.

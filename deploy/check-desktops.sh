@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds the connector library (and the protocol it speaks) for the desktops relay's apps ship to
+# besides Linux, and runs their unit tests where this machine can run the result:
+#
+#   - Windows x86_64 (x86_64-pc-windows-gnu): built with cargo-zigbuild, unit tests run under
+#     Debian's wine64 (wine 8);
+#   - macOS arm64 and x86_64 (aarch64-/x86_64-apple-darwin): built only; no Mach-O binary can run
+#     here, so nothing macOS-specific is tested.
+#
+#   deploy/check-desktops.sh
+#
+# Needs: `pip install ziglang cargo-zigbuild` (deploy/test.sh installs them), Debian's wine64 for
+# the Windows tests, and the targets' standard libraries (`rustup target add`, done here). Builds
+# in its own target dir (target/desktops), so it never invalidates the regular builds.
+#
+# Wine 8 lacks bcryptprimitives.dll!ProcessPrng, which Rust's standard library imports: the shim in
+# deploy/fixtures/wine/processprng.c, built here with zig cc, is put next to each test .exe. It is
+# test-fixture glue and never shipped.
+# Exit status: non-zero when a build or a test fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target_dir=${CARGO_TARGET_DIR:-$PWD/target}/desktops
+windows=x86_64-pc-windows-gnu
+macs=(aarch64-apple-darwin x86_64-apple-darwin)
+crates=(-p relay-protocol -p relay-connector)
+wine=${RELAY_WINE:-/usr/lib/wine/wine64}
+
+log() { printf 'check-desktops: %s\n' "$*" >&2; }
+die() { printf 'check-desktops: error: %s\n' "$*" >&2; exit 1; }
+
+command -v cargo-zigbuild >/dev/null ||
+    die "cargo-zigbuild not found: install it and zig with \`pip install ziglang cargo-zigbuild\`"
+[[ -x $wine ]] || die "$wine not found: install Debian's wine64 (apt-get install wine64)"
+
+installed=$(rustup target list --installed)
+for t in "$windows" "${macs[@]}"; do
+    grep -qx "$t" <<<"$installed" || rustup target add "$t" >&2
+done
+
+for t in "${macs[@]}"; do
+    log "building the connector library for $t"
+    CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked "${crates[@]}" --lib --target "$t"
+done
+
+log "building the connector library and its unit tests for $windows"
+# The unit-test executables are the artifacts of the lib targets built with the test profile.
+tests=$(CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked "${crates[@]}" --lib --tests \
+    --target "$windows" --message-format=json |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    if not line.startswith("{"):
+        continue
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["kind"] == ["lib"] \
+            and m["profile"]["test"] and m.get("executable"):
+        print(m["executable"])
+')
+[[ -n $tests ]] || die "cargo zigbuild built no unit-test executable for $windows"
+
+shim=$target_dir/wine/bcryptprimitives.dll
+mkdir -p "$(dirname "$shim")"
+python3 -m ziglang cc -shared -target x86_64-windows-gnu deploy/fixtures/wine/processprng.c \
+    -ladvapi32 -o "$shim"
+
+export WINEDEBUG=-all WINEPREFIX=$target_dir/wine/prefix
+status=0
+while read -r exe; do
+    cp -f "$shim" "$(dirname "$exe")/"
+    log "running $(basename "$exe") under wine"
+    "$wine" "$exe" || status=1
+done <<<"$tests"
+exit $status
