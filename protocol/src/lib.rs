@@ -13,6 +13,7 @@
 //! - [`message`]: every request, response and push, each with its own never-reused [`Op`] code.
 //! - [`hello`]: the first exchange (magic, protocol version, capabilities, limits).
 //! - [`bridge`]: the bridge's flags and exit statuses (the contract beyond frames).
+//! - [`signal`]: signal numbers, names and descriptions as the wire uses them (Linux's).
 //! - [`error`]: [`DecodeError`] (bytes that are not a valid message) and [`ErrorReply`] (a typed
 //!   refusal sent by the agent).
 //!
@@ -32,6 +33,7 @@ pub mod error;
 pub mod frame;
 pub mod hello;
 pub mod message;
+pub mod signal;
 pub mod types;
 
 pub use envelope::Envelope;

@@ -5,7 +5,7 @@
 //! The daemon keeps only the master's descriptor and the child's pid, so that one code path
 //! serves a PTY it spawned ([`crate::pty::spawn`]) and one it was handed across `execve` by the
 //! daemon it replaced ([`crate::upgrade`]): `TIOCSWINSZ`, `tcgetpgrp`, exit statuses with
-//! `strsignal` names (the form portable-pty reported, which the wire keeps).
+//! glibc `strsignal` names (the form portable-pty reported, which the wire keeps).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -138,7 +138,7 @@ pub fn foreground_group(master: BorrowedFd<'_>) -> Option<i32> {
 }
 
 /// Reaps our child `pid` (`waitpid(pid)`, never `-1`) and returns its status in the form the
-/// wire keeps (portable-pty's): an exit code, or code 1 with the signal's `strsignal(3)` name
+/// wire keeps (portable-pty's): an exit code, or code 1 with the signal's glibc `strsignal(3)` name
 /// ("Hangup", "Killed").
 ///
 /// # Errors
@@ -155,25 +155,13 @@ pub fn reap(pid: u32) -> io::Result<ExitStatus> {
             Ok(WaitStatus::Signaled(_, signal, _)) => {
                 return Ok(ExitStatus {
                     code: 1,
-                    signal: Some(signal_name(signal as i32)),
+                    signal: Some(super::wire_signal::description(signal as i32)),
                 })
             }
             Ok(_) | Err(Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-fn signal_name(signal: i32) -> String {
-    // Safety: strsignal returns a pointer to a static or thread-local string (or null).
-    let name = unsafe { nix::libc::strsignal(signal) };
-    if name.is_null() {
-        return format!("Signal {signal}");
-    }
-    // Safety: a NUL-terminated string that lives until the next strsignal on this thread.
-    unsafe { std::ffi::CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned()
 }
 
 /// Clears or sets `FD_CLOEXEC` on `fd`: a descriptor handed across `execve` must not have it.

@@ -6,53 +6,19 @@
 //! part of the wire set and are refused.
 
 use nix::sys::signal::Signal;
+use relay_protocol::signal::{self as wire, WIRE_SIGNALS};
 use relay_protocol::ErrorReply;
 
-/// The wire numbering, `(Linux number, signal)`, 1 through 31 (only 16, `SIGSTKFLT`, which
-/// exists on Linux alone, is left out; it is refused like an unknown number).
-pub const WIRE_SIGNALS: [(i32, Signal); 30] = [
-    (1, Signal::SIGHUP),
-    (2, Signal::SIGINT),
-    (3, Signal::SIGQUIT),
-    (4, Signal::SIGILL),
-    (5, Signal::SIGTRAP),
-    (6, Signal::SIGABRT),
-    (7, Signal::SIGBUS),
-    (8, Signal::SIGFPE),
-    (9, Signal::SIGKILL),
-    (10, Signal::SIGUSR1),
-    (11, Signal::SIGSEGV),
-    (12, Signal::SIGUSR2),
-    (13, Signal::SIGPIPE),
-    (14, Signal::SIGALRM),
-    (15, Signal::SIGTERM),
-    (17, Signal::SIGCHLD),
-    (18, Signal::SIGCONT),
-    (19, Signal::SIGSTOP),
-    (20, Signal::SIGTSTP),
-    (21, Signal::SIGTTIN),
-    (22, Signal::SIGTTOU),
-    (23, Signal::SIGURG),
-    (24, Signal::SIGXCPU),
-    (25, Signal::SIGXFSZ),
-    (26, Signal::SIGVTALRM),
-    (27, Signal::SIGPROF),
-    (28, Signal::SIGWINCH),
-    (29, Signal::SIGIO),
-    (30, Signal::SIGPWR),
-    (31, Signal::SIGSYS),
-];
-
-/// The host signal for wire number `number` (a Linux signal number).
+/// The host signal for wire number `number` (a Linux signal number), found by name in
+/// [`WIRE_SIGNALS`].
 ///
 /// # Errors
 /// [`ErrorReply::BadRequest`] naming the number and the accepted range when it is not one of
-/// [`WIRE_SIGNALS`] (0, negative, 16, real-time signals, anything above 31).
+/// [`WIRE_SIGNALS`] (0, negative, 16, real-time signals, anything above 31) or this host has no
+/// signal of that name.
 pub fn from_wire(number: i32) -> Result<Signal, ErrorReply> {
-    WIRE_SIGNALS
-        .iter()
-        .find(|(n, _)| *n == number)
-        .map(|(_, s)| *s)
+    wire::by_number(number)
+        .and_then(|s| s.name.parse::<Signal>().ok())
         .ok_or_else(|| ErrorReply::BadRequest {
             message: format!(
                 "signal {number} is not a signal on the wire; send a Linux signal number from 1 \
@@ -60,6 +26,16 @@ pub fn from_wire(number: i32) -> Result<Signal, ErrorReply> {
                  supported)"
             ),
         })
+}
+
+/// How an exit status names the host signal numbered `signal`: the wire's description
+/// ([`WIRE_SIGNALS`], glibc's `strsignal` words) whatever libc the agent was linked with, so a
+/// static agent reports `"Hangup"` as a glibc one does; `"Signal N"` for a number outside the set.
+pub fn description(signal: i32) -> String {
+    Signal::try_from(signal)
+        .ok()
+        .and_then(|host| WIRE_SIGNALS.iter().find(|s| s.name == host.as_str()))
+        .map_or_else(|| format!("Signal {signal}"), |s| s.description.to_string())
 }
 
 #[cfg(test)]
@@ -90,9 +66,31 @@ mod tests {
         }
         // On Linux hosts the wire numbering is the host numbering: every entry round-trips.
         #[cfg(target_os = "linux")]
-        for (number, signal) in WIRE_SIGNALS {
-            assert_eq!(signal as i32, number, "{signal}");
+        for s in WIRE_SIGNALS {
+            assert_eq!(
+                from_wire(s.number).map(|h| h as i32),
+                Ok(s.number),
+                "{}",
+                s.name
+            );
         }
+    }
+
+    /// The table's words are glibc's: a connector that reads them with its own `strsignal` (as
+    /// older connectors do) finds the signal.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn descriptions_are_the_words_of_glibc_strsignal() {
+        for s in WIRE_SIGNALS {
+            // SAFETY: strsignal returns a NUL-terminated string (or null), copied at once.
+            let libc = unsafe {
+                let p = nix::libc::strsignal(s.number);
+                (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+            };
+            assert_eq!(libc.as_deref(), Some(s.description), "{}", s.name);
+            assert_eq!(description(s.number), s.description);
+        }
+        assert_eq!(description(40), "Signal 40");
     }
 
     #[test]
