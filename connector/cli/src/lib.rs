@@ -8,6 +8,7 @@
 
 pub mod destination;
 pub mod ssh_args;
+pub mod sys;
 
 use std::future::Future;
 use std::io::IsTerminal;

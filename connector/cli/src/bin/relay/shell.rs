@@ -17,11 +17,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use relay_cli::destination::Destination;
+use relay_cli::sys;
 use relay_connector::{
     Host, HostOptions, HostState, InputFailures, PaneEvent, PaneHandle, Session,
 };
 use relay_protocol::{Binding, EndReason, ExitStatus, TermSize};
-use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::cli::PaneArgs;
@@ -226,26 +226,28 @@ fn start_resizer(
     tx
 }
 
-/// SIGTERM and SIGHUP: leave like a detach (terminal restored, shell left running).
-struct Stops {
-    term: Signal,
-    hup: Signal,
-}
+/// SIGTERM and SIGHUP (on Windows: the console closed, logoff, shutdown): leave like a detach
+/// (terminal restored, shell left running).
+struct Stops(sys::Stops);
 
 impl Stops {
     fn new() -> anyhow::Result<Stops> {
-        Ok(Stops {
-            term: signal(SignalKind::terminate()).context("cannot watch SIGTERM")?,
-            hup: signal(SignalKind::hangup()).context("cannot watch SIGHUP")?,
-        })
+        Ok(Stops(
+            sys::Stops::new().context("cannot watch for SIGTERM and SIGHUP")?,
+        ))
     }
 
-    /// Resolves with the error to exit with when one of the signals arrives.
+    /// Resolves with the error to exit with when a stop request arrives.
     async fn recv(&mut self) -> anyhow::Error {
-        tokio::select! {
-            _ = self.term.recv() => stopped_by("SIGTERM", 15),
-            _ = self.hup.recv() => stopped_by("SIGHUP", 1),
+        let stop = self.0.recv().await;
+        Failure {
+            code: stop.code,
+            message: format!(
+                "stopped by {}; the shell keeps running: run the same command to reattach",
+                stop.name
+            ),
         }
+        .into()
     }
 }
 
@@ -302,7 +304,7 @@ async fn pump_loop(
 ) -> anyhow::Result<Outcome> {
     let mut stdin = Some(terminal::spawn_stdin_reader());
     let mut escapes = Escapes::new(tty);
-    let mut winch = signal(SignalKind::window_change()).context("cannot watch SIGWINCH")?;
+    let mut resizes = sys::Resizes::new().context("cannot watch the window size (SIGWINCH)")?;
     let mut states = host.state();
     let mut second = tokio::time::interval(Duration::from_secs(1));
     let pane = handle.binding().pane.clone();
@@ -406,9 +408,14 @@ async fn pump_loop(
                 err => return Err(input_failure(err)),
             },
             err = stops.recv() => return Err(err),
-            _ = winch.recv() => {
+            () = resizes.changed() => {
                 if let Some(size) = terminal::size() {
-                    resize.send_replace(Some(size));
+                    // On Windows this runs at every poll: only a new size goes to the agent.
+                    resize.send_if_modified(|last| {
+                        let new = *last != Some(size);
+                        *last = Some(size);
+                        new
+                    });
                 }
             }
         }
@@ -430,16 +437,6 @@ fn input_failure(e: relay_connector::Error) -> anyhow::Error {
     }
 }
 
-fn stopped_by(name: &str, number: u8) -> anyhow::Error {
-    Failure {
-        code: 128 + number,
-        message: format!(
-            "stopped by {name}; the shell keeps running: run the same command to reattach"
-        ),
-    }
-    .into()
-}
-
 async fn recv(rx: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {
     match rx {
         Some(rx) => rx.recv().await,
@@ -451,30 +448,10 @@ async fn recv(rx: &mut Option<mpsc::Receiver<Vec<u8>>>) -> Option<Vec<u8>> {
 fn exit_code(exit: &ExitStatus) -> u8 {
     match &exit.signal {
         None => u8::try_from(exit.code).unwrap_or(1),
-        Some(name) => signal_number(name).map_or(1, |n| 128u8.saturating_add(n as u8)),
+        Some(name) => {
+            relay_protocol::signal::parse(name).map_or(1, |s| 128u8.saturating_add(s.number as u8))
+        }
     }
-}
-
-/// Signal number from a name as the agent reports it: `strsignal` text ("Hangup"), "SIGHUP",
-/// "HUP" or a number.
-fn signal_number(name: &str) -> Option<i32> {
-    if let Ok(n) = name.parse::<i32>() {
-        return Some(n);
-    }
-    nix::sys::signal::Signal::iterator().find_map(|sig| {
-        let full = sig.as_str();
-        let short = full.trim_start_matches("SIG");
-        // SAFETY: strsignal returns a pointer to a NUL-terminated string valid until the next
-        // call; it is copied immediately and this program calls it from one thread at a time.
-        let text = unsafe {
-            let p = nix::libc::strsignal(sig as i32);
-            (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
-        };
-        let matches = name.eq_ignore_ascii_case(full)
-            || name.eq_ignore_ascii_case(short)
-            || text.is_some_and(|t| t.eq_ignore_ascii_case(name));
-        matches.then_some(sig as i32)
-    })
 }
 
 #[cfg(test)]

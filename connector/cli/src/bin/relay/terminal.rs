@@ -1,85 +1,69 @@
-//! The local terminal: raw mode (restored on every exit path, including panics), size, and a
-//! reader thread for stdin.
+//! The local terminal on every desktop: raw mode (restored on every exit path, including
+//! panics), size, and a reader thread for stdin.
 
-use std::io::Read;
-use std::os::fd::AsFd;
-use std::sync::Mutex;
+use std::io::{IsTerminal, Read};
 
-use nix::sys::termios::{self, SetArg, Termios};
-use relay_connector::LockExt;
+use relay_cli::sys;
 use relay_protocol::TermSize;
 use tokio::sync::mpsc;
 
-/// Settings to restore, for the panic hook.
-static SAVED: Mutex<Option<Termios>> = Mutex::new(None);
-
 /// Whether stdin is a terminal.
 pub fn stdin_is_tty() -> bool {
-    nix::unistd::isatty(std::io::stdin()).unwrap_or(false)
+    std::io::stdin().is_terminal()
 }
 
-/// Puts stdin's terminal in raw mode until dropped.
+/// Puts stdin's terminal in raw mode (crossterm: `cfmakeraw` on Unix; no line input, echo or
+/// Ctrl+C processing on a Windows console, plus [`sys::enter_vt_console`]) until dropped.
 pub struct RawMode {
-    original: Termios,
+    _vt: sys::VtConsole,
 }
 
 impl RawMode {
     /// Enters raw mode; `Ok(None)` when stdin is not a terminal (nothing to do).
+    ///
+    /// # Errors
+    /// The terminal refused its new settings.
     pub fn enter() -> std::io::Result<Option<RawMode>> {
         if !stdin_is_tty() {
             return Ok(None);
         }
-        let stdin = std::io::stdin();
-        let original = termios::tcgetattr(stdin.as_fd())?;
-        let mut raw = original.clone();
-        termios::cfmakeraw(&mut raw);
-        *SAVED.lock_unpoisoned() = Some(original.clone());
         install_panic_hook();
-        termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw)?;
-        Ok(Some(RawMode { original }))
+        crossterm::terminal::enable_raw_mode()?;
+        Ok(Some(RawMode {
+            _vt: sys::enter_vt_console(),
+        }))
     }
 }
 
 impl Drop for RawMode {
     fn drop(&mut self) {
-        let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &self.original);
-        SAVED.lock_unpoisoned().take();
+        // The console modes (`_vt`) are put back after this, when the field drops.
+        let _ = crossterm::terminal::disable_raw_mode();
     }
 }
 
+/// Leaves raw mode before a panic's message is printed (a no-op when raw mode is off).
 fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if let Some(t) = SAVED.lock_unpoisoned().take() {
-                let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &t);
-            }
+            let _ = crossterm::terminal::disable_raw_mode();
             previous(info);
         }));
     });
 }
 
-nix::ioctl_read_bad!(tiocgwinsz, nix::libc::TIOCGWINSZ, nix::libc::winsize);
-
-/// The terminal's size, from stdin, else stdout; `None` when neither is a terminal.
+/// The terminal's size in columns×rows (crossterm: `TIOCGWINSZ` on Unix, the console window on
+/// Windows); `None` when neither stdin nor stdout is a terminal.
 pub fn size() -> Option<TermSize> {
-    for fd in [0, 1] {
-        let mut ws = nix::libc::winsize {
-            ws_row: 0,
-            ws_col: 0,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: TIOCGWINSZ writes one `winsize` into the valid, exclusively borrowed `ws`.
-        if unsafe { tiocgwinsz(fd, &mut ws) }.is_ok() && ws.ws_col > 0 && ws.ws_row > 0 {
-            return Some(TermSize {
-                cols: ws.ws_col,
-                rows: ws.ws_row,
-            });
-        }
+    if !stdin_is_tty() && !std::io::stdout().is_terminal() {
+        return None;
     }
-    None
+    match crossterm::terminal::size() {
+        Ok((cols, rows)) if cols > 0 && rows > 0 => Some(TermSize { cols, rows }),
+        _ => None,
+    }
 }
 
 /// Reads stdin on a plain thread (a blocking read must not hold up runtime shutdown) and sends

@@ -157,12 +157,10 @@ async fn stop(session: Session, destination: &Destination, yes: bool) -> anyhow:
 
 /// Sends SIGTERM to the daemon `pid` and waits (at most 10 s) until it is gone.
 async fn stop_daemon(pid: u32) -> anyhow::Result<()> {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    let pid = Pid::from_raw(i32::try_from(pid).context("the agent reported a bad pid")?);
-    kill(pid, Signal::SIGTERM).with_context(|| format!("cannot signal the agent (pid {pid})"))?;
+    relay_cli::sys::terminate(pid)
+        .with_context(|| format!("cannot signal the agent (pid {pid})"))?;
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    while kill(pid, None).is_ok() {
+    while relay_cli::sys::is_running(pid) {
         if tokio::time::Instant::now() > deadline {
             anyhow::bail!("the agent (pid {pid}) is still running 10 s after SIGTERM");
         }

@@ -350,17 +350,7 @@ impl Server {
         p.only(&["binding", "signal", "timeout_ms"])?;
         let signal = match p.0.get("signal") {
             Some(Value::Number(n)) => n.as_i64().and_then(|n| i32::try_from(n).ok()),
-            Some(Value::String(s)) => {
-                let name = s.to_ascii_uppercase();
-                let name = if name.starts_with("SIG") {
-                    name
-                } else {
-                    format!("SIG{name}")
-                };
-                name.parse::<nix::sys::signal::Signal>()
-                    .ok()
-                    .map(|s| s as i32)
-            }
+            Some(Value::String(s)) => relay_protocol::signal::parse(s).map(|s| s.number),
             _ => None,
         }
         .ok_or_else(|| RpcError::params("`signal` must be a signal name (\"INT\") or number"))?;
