@@ -14,9 +14,11 @@ export class RpcError extends Error {
 }
 
 export class Sidecar {
-  // `relay` is the path of the relay binary; `env` its environment.
-  constructor(relay, env) {
-    this.child = spawn(relay, ["serve", "--stdio"], {
+  // `relay` is the path of the relay binary; `env` its environment. `runner`, when given, is a
+  // program that runs it (wine64 for a Windows build).
+  constructor(relay, env, runner) {
+    const [program, args] = runner ? [runner, [relay, "serve", "--stdio"]] : [relay, ["serve", "--stdio"]];
+    this.child = spawn(program, args, {
       env,
       stdio: ["pipe", "pipe", "inherit"],
     });

@@ -31,6 +31,7 @@ mod peer;
 mod serve;
 mod sessions;
 mod ssh_config;
+mod windows;
 
 /// This build's agent, copied once for the run.
 fn agent_bin() -> &'static Path {

@@ -1,0 +1,164 @@
+//! The Windows build of `relay` (x86_64-pc-windows-gnu), run under Debian's wine64, against the
+//! fixture SSH host: the Node app plays its crash-and-rebuild contract against `relay.exe serve
+//! --stdio`, and `relay.exe shell HOST -- CMD` moves piped stdin and stdout byte for byte.
+//!
+//! Ignored in a plain `cargo test`: `deploy/check-desktops.sh` builds `relay.exe` (with the wine
+//! shim next to it) and runs these with `--ignored`, naming the binary in `RELAY_WINDOWS_RELAY`
+//! and wine in `RELAY_WINE`. Wine is slow to start a process (seconds): bounds here are generous
+//! and say nothing about speed.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+
+use relay_tests::images::{portable_agents, repo_root};
+use relay_tests::TestHome;
+
+use super::*;
+
+/// `relay.exe` and the wine that runs it, from the environment check-desktops.sh sets.
+fn windows_relay() -> (PathBuf, PathBuf) {
+    let exe = std::env::var_os("RELAY_WINDOWS_RELAY")
+        .map(PathBuf::from)
+        .expect(
+            "RELAY_WINDOWS_RELAY is not set: run these tests through deploy/check-desktops.sh, \
+         which builds relay.exe",
+        );
+    assert!(exe.is_file(), "{} does not exist", exe.display());
+    let wine = std::env::var_os("RELAY_WINE")
+        .map_or_else(|| PathBuf::from("/usr/lib/wine/wine64"), PathBuf::from);
+    (exe, wine)
+}
+
+/// The Node app (tests/clients/node/app_test.mjs) against `relay.exe serve --stdio`: open the
+/// host (its key put to the app), panes in two workspaces, a sidecar crash, hydrate, attach from
+/// the last offsets with no duplicate and no hole, input, kill_all of one workspace; and "local"
+/// fails with the reason, as a Windows desktop has no local agent. One shell is left on the host.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_sidecar_passes_the_node_apps_contract() {
+    let (exe, wine) = windows_relay();
+    let host = SshHost::start().await.unwrap();
+    let home = TestHome::new();
+    let config = options(&host).resolve.config_file.unwrap();
+    let script = repo_root().join("tests/clients/node/app_test.mjs");
+    let mut node = home.command(Path::new("node"));
+    node.arg(&script)
+        .env_remove("SSH_AUTH_SOCK")
+        .env("RELAY_AGENT_BIN", agent_bin())
+        .env("RELAY_AGENT_DIR", portable_agents().unwrap())
+        .env("RELAY_BIN", &exe)
+        .env("RELAY_RUNNER", &wine)
+        .env("RELAY_NO_LOCAL", "1")
+        .env("RELAY_SSH_DEST", host.destination())
+        .env("RELAY_SSH_CONFIG", &config)
+        .env("RELAY_SSH_IDENTITY", host.key_path())
+        .stdin(Stdio::null());
+    let out = tokio::task::spawn_blocking(move || node.output())
+        .await
+        .unwrap()
+        .expect("running node (is Node.js installed?)");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the node app failed:\n{stderr}");
+    assert!(stderr.contains("node app: passed"), "{stderr}");
+    assert!(stderr.contains("no local agent here"), "{stderr}");
+    assert_eq!(
+        host.shell_pids().await.unwrap().len(),
+        1,
+        "one shell left on the host: the crash ended nothing and re-attach created nothing"
+    );
+}
+
+/// `relay.exe shell HOST -- CMD` as a script on Windows runs it: stdin, stdout and stderr are
+/// pipes. Every byte of stdin reaches the command (checked by cksum on the host), every byte of
+/// its output reaches stdout in order, and relay exits with the command's status.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_relay_runs_a_piped_command_byte_for_byte() {
+    let (exe, wine) = windows_relay();
+    let host = SshHost::start().await.unwrap();
+    let home = TestHome::new();
+    host.write_known_hosts().unwrap();
+    let config = options(&host).resolve.config_file.unwrap();
+    const INPUT: usize = 300_000;
+    const LINES: u32 = 20_000;
+    // Raw and silent first, so that the PTY passes stdin through unchanged and echoes nothing.
+    let script =
+        format!("stty raw -echo; echo armed; head -c {INPUT} | cksum; seq 1 {LINES}; exit 7");
+    let mut child = home
+        .command(&wine)
+        .arg(&exe)
+        .arg("shell")
+        .arg(host.destination())
+        .arg("-F")
+        .arg(&config)
+        .arg("-i")
+        .arg(host.key_path())
+        .args(["--pane", "windows-piped", "--", &script])
+        .env_remove("SSH_AUTH_SOCK")
+        .env("RELAY_AGENT_DIR", portable_agents().unwrap())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting relay.exe under wine");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let data: Vec<u8> = (0u32..)
+        .flat_map(|i| format!("{i:07}\n").into_bytes())
+        .take(INPUT)
+        .collect();
+    let expected_sum = cksum(&data);
+    let (out, status) = tokio::task::spawn_blocking(move || {
+        // Input only once the PTY is raw: before that the line discipline would echo it.
+        let mut out = Vec::new();
+        let mut buf = [0u8; 8192];
+        while !String::from_utf8_lossy(&out).contains("armed") {
+            match stdout.read(&mut buf) {
+                Ok(n) if n > 0 => out.extend_from_slice(&buf[..n]),
+                // Ended before the command started: the checks below show relay.exe's stderr.
+                _ => return (out, child.wait().unwrap()),
+            }
+        }
+        stdin.write_all(&data).unwrap();
+        drop(stdin);
+        stdout.read_to_end(&mut out).unwrap();
+        (out, child.wait().unwrap())
+    })
+    .await
+    .unwrap();
+    let stderr = err_reader.join().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the command's status; stderr: {stderr}"
+    );
+    // Raw mode is `-opost` too: lines end in "\n" alone.
+    let want: Vec<u8> = format!("armed\n{expected_sum}\n")
+        .into_bytes()
+        .into_iter()
+        .chain((1..=LINES).flat_map(|i| format!("{i}\n").into_bytes()))
+        .collect();
+    assert_eq!(out.len(), want.len(), "every byte; stderr: {stderr}");
+    assert!(out == want, "in order and nothing else; stderr: {stderr}");
+}
+
+/// `cksum`'s line for `data` ("CRC SIZE"), computed here.
+fn cksum(data: &[u8]) -> String {
+    let mut child = Command::new("cksum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cksum");
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
