@@ -42,6 +42,9 @@ command -v readelf >/dev/null || need+=(binutils)
 command -v c++ >/dev/null || need+=(g++)
 # The connector's Windows unit tests run under wine (deploy/check-desktops.sh).
 [ -x /usr/lib/wine/wine64 ] || need+=(wine64)
+# The arm64 host (tests/tests/ssh/arm64_host.rs) runs its binaries under qemu through binfmt_misc.
+[ -x /usr/bin/qemu-aarch64-static ] || need+=(qemu-user-static)
+command -v update-binfmts >/dev/null || need+=(binfmt-support)
 # The portable agents' toolchain (zig, cargo-zigbuild) comes from PyPI through pip.
 command -v cargo-zigbuild >/dev/null || python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 if [ ${#need[@]} -gt 0 ]; then
@@ -55,9 +58,10 @@ bash deploy/fixtures/ensure-docker.sh
 log "Cleaning containers left by earlier test runs"
 docker ps -aq --filter label=org.testcontainers.managed-by=testcontainers | xargs -r docker rm -f >/dev/null || true
 
-log "Fixture images (sshd hosts built from Debian packages: bookworm, and bullseye for glibc 2.31)"
+log "Fixture images (sshd hosts built from Debian packages: bookworm, bullseye for glibc 2.31, arm64 under qemu)"
 bash deploy/fixtures/build-images.sh
 bash deploy/fixtures/build-images.sh --suite bullseye
+bash deploy/fixtures/build-images.sh --arch arm64
 
 log "Portable agents (README: pip install ziglang cargo-zigbuild; deploy/build-agents.sh)"
 if ! command -v cargo-zigbuild >/dev/null; then
@@ -71,6 +75,10 @@ if ! command -v cargo-zigbuild >/dev/null; then
   PATH="$(python3 -c 'import os, site; print(os.path.join(site.USER_BASE, "bin"))'):$PATH"
   export PATH
 fi
+# build-agents.sh builds for every Linux target whose standard library is installed: add aarch64's
+# so the arm64 host test has its agent.
+rustup target list --installed | grep -x aarch64-unknown-linux-gnu >/dev/null ||
+  rustup target add aarch64-unknown-linux-gnu
 bash deploy/build-agents.sh
 
 log "Format and lints"

@@ -30,8 +30,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::faults::NetFaults;
 pub use crate::images::{
-    ensure_image, ensure_image_for, fixture_dir, portable_agents, repo_root, FixtureFiles,
-    HostSpec, Suite,
+    ensure_image, ensure_image_for, ensure_image_of, fixture_dir, portable_agents, repo_root, Arch,
+    FixtureFiles, HostSpec, Suite,
 };
 
 /// The user the image authorizes the client key for.
@@ -60,6 +60,7 @@ impl ExecOut {
 pub struct SshHost {
     container: ContainerAsync<GenericImage>,
     files: FixtureFiles,
+    spec: HostSpec,
     port: u16,
     home: tempfile::TempDir,
     pub(crate) net: NetFaults,
@@ -113,7 +114,9 @@ impl SshHost {
     /// # Errors
     /// When the image cannot be built or the container does not come up.
     pub async fn start_with(spec: HostSpec) -> Result<SshHost> {
-        let files = tokio::task::spawn_blocking(move || ensure_image_for(spec.suite)).await??;
+        let files =
+            tokio::task::spawn_blocking(move || ensure_image_of(spec.suite, spec.arch)).await??;
+        let scale = spec.arch.time_scale();
         let (name, tag) = files
             .image
             .rsplit_once(':')
@@ -124,7 +127,7 @@ impl SshHost {
             let mut request = GenericImage::new(name, tag)
                 .with_wait_for(WaitFor::message_on_stderr("Server listening on"))
                 .with_mapped_port(port, 22.tcp())
-                .with_startup_timeout(Duration::from_secs(60));
+                .with_startup_timeout(Duration::from_secs(60) * scale);
             if spec.noexec_install_dir {
                 request = request.with_host_config_modifier(|config| {
                     // Docker's own tmpfs options, as `docker run --tmpfs PATH:OPTIONS`.
@@ -145,10 +148,11 @@ impl SshHost {
                         net: NetFaults::new(container.id()),
                         container,
                         files: files.clone(),
+                        spec,
                         port,
                         home,
                     };
-                    host.wait_ssh(Duration::from_secs(30)).await?;
+                    host.wait_ssh(host.start_limit(30)).await?;
                     return Ok(host);
                 }
                 // The port may have been taken between picking and binding: try another.
@@ -189,6 +193,17 @@ impl SshHost {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// `secs` seconds scaled for this host's CPU: longer under emulation
+    /// ([`Arch::time_scale`]). For limits on start-ups (sshd, the agent daemon, a shell).
+    pub fn start_limit(&self, secs: u64) -> Duration {
+        Duration::from_secs(secs) * self.spec.arch.time_scale()
+    }
+
+    /// What kind of host this is.
+    pub fn spec(&self) -> HostSpec {
+        self.spec
     }
 
     /// Container id.
@@ -430,7 +445,7 @@ impl SshHost {
     /// When docker fails or sshd does not answer again.
     pub async fn network_connect(&self) -> Result<()> {
         docker_ok(&["network", "connect", "bridge", self.id()]).await?;
-        self.wait_ssh(Duration::from_secs(30)).await
+        self.wait_ssh(self.start_limit(30)).await
     }
 
     /// Restarts the container (every process, the agent and its PTYs included, is gone) and waits
@@ -440,7 +455,7 @@ impl SshHost {
     /// When docker fails or sshd does not come back.
     pub async fn restart(&self) -> Result<()> {
         docker_ok(&["restart", "-t", "1", self.id()]).await?;
-        self.wait_ssh(Duration::from_secs(60)).await
+        self.wait_ssh(self.start_limit(60)).await
     }
 
     /// The container's address on docker's bridge network (for jump host tests).

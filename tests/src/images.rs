@@ -1,5 +1,6 @@
 //! Fixture images and agents built on demand: the sshd host images of
-//! `deploy/fixtures/build-images.sh` (one per Debian [`Suite`]) and the portable agents of
+//! `deploy/fixtures/build-images.sh` (one per Debian [`Suite`] and CPU [`Arch`]) and the
+//! portable agents of
 //! `deploy/build-agents.sh`. Each is built at most once per test process (behind a lock; the
 //! scripts also hold their own locks, so parallel test binaries do not race).
 
@@ -64,11 +65,66 @@ impl Suite {
     }
 }
 
+/// The CPU of a fixture host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Arch {
+    /// This machine's: the container runs natively.
+    #[default]
+    Native,
+    /// aarch64 (Debian `arm64`). Unless this machine is aarch64 itself, the container runs
+    /// under qemu-user-static through binfmt_misc, several times slower than natively.
+    Arm64,
+}
+
+impl Arch {
+    /// Whether hosts of this architecture run under emulation here.
+    pub fn emulated(self) -> bool {
+        match self {
+            Arch::Native => false,
+            Arch::Arm64 => std::env::consts::ARCH != "aarch64",
+        }
+    }
+
+    /// What `uname -m` says on such a host.
+    pub fn uname_m(self) -> &'static str {
+        match self {
+            Arch::Native => std::env::consts::ARCH,
+            Arch::Arm64 => "aarch64",
+        }
+    }
+
+    /// The `--arch` argument of the build script (none: this machine's).
+    fn script_arg(self) -> Option<&'static str> {
+        self.emulated().then_some("arm64")
+    }
+
+    /// Suffix of the build script's output files, after the suite's (none for this machine's).
+    fn file_suffix(self) -> &'static str {
+        if self.emulated() {
+            "-arm64"
+        } else {
+            ""
+        }
+    }
+
+    /// How many times longer than a native host's a start-up limit is on this one (sshd,
+    /// `ssh-keygen` and the agent run under qemu: about 4× slower).
+    pub fn time_scale(self) -> u32 {
+        if self.emulated() {
+            4
+        } else {
+            1
+        }
+    }
+}
+
 /// What kind of host [`SshHost::start_with`](crate::fixture::SshHost::start_with) starts.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostSpec {
     /// The Debian release.
     pub suite: Suite,
+    /// The CPU.
+    pub arch: Arch,
     /// Mount a `noexec` tmpfs on `~relay/.relay`, where relay installs its agent (as on hosts
     /// whose home directories are mounted `noexec`).
     pub noexec_install_dir: bool,
@@ -83,20 +139,35 @@ pub fn ensure_image() -> Result<FixtureFiles> {
     ensure_image_for(Suite::Bookworm)
 }
 
-/// Builds the fixture image of `suite` if needed (once per process and suite) and returns its
-/// files.
+/// Builds the fixture image of `suite` for this machine's CPU if needed (once per process and
+/// suite) and returns its files.
 ///
 /// # Errors
-/// When the build script fails (its stderr is included) or its output files are missing.
+/// As [`ensure_image_of`].
 pub fn ensure_image_for(suite: Suite) -> Result<FixtureFiles> {
-    static ONCE: OnceLock<Mutex<Vec<(Suite, FixtureFiles)>>> = OnceLock::new();
+    ensure_image_of(suite, Arch::Native)
+}
+
+/// Builds the fixture image of `suite` and `arch` if needed (once per process, suite and
+/// architecture) and returns its files.
+///
+/// # Errors
+/// When the build script fails (its stderr is included: for an emulated architecture, e.g. that
+/// qemu-user-static is missing, with the fix) or its output files are missing.
+pub fn ensure_image_of(suite: Suite, arch: Arch) -> Result<FixtureFiles> {
+    /// The images built by this process, by suite and architecture.
+    type Built = Vec<((Suite, Arch), FixtureFiles)>;
+    static ONCE: OnceLock<Mutex<Built>> = OnceLock::new();
     let lock = ONCE.get_or_init(|| Mutex::new(Vec::new()));
     let mut done = lock.lock_unpoisoned();
-    if let Some((_, files)) = done.iter().find(|(s, _)| *s == suite) {
+    if let Some((_, files)) = done.iter().find(|(k, _)| *k == (suite, arch)) {
         return Ok(files.clone());
     }
     run_script("deploy/fixtures/build-images.sh", |cmd| {
         cmd.args(["--suite", suite.name()]);
+        if let Some(a) = arch.script_arg() {
+            cmd.args(["--arch", a]);
+        }
     })?;
     let dir = fixture_dir();
     let read = |name: &str| -> Result<String> {
@@ -106,7 +177,7 @@ pub fn ensure_image_for(suite: Suite) -> Result<FixtureFiles> {
             .trim()
             .to_string())
     };
-    let sfx = suite.file_suffix();
+    let sfx = format!("{}{}", suite.file_suffix(), arch.file_suffix());
     let files = FixtureFiles {
         image: read(&format!("image{sfx}"))?,
         client_key: dir.join("id_ed25519"),
@@ -118,7 +189,7 @@ pub fn ensure_image_for(suite: Suite) -> Result<FixtureFiles> {
             files.client_key.display()
         );
     }
-    done.push((suite, files.clone()));
+    done.push(((suite, arch), files.clone()));
     Ok(files)
 }
 

@@ -64,12 +64,35 @@ impl Snapshot {
     }
 }
 
-/// `.../relay-agent[-suffix] daemon ...`.
+/// `.../relay-agent[-suffix] daemon ...`, also when run by qemu-user on an emulated host.
+///
+/// There the kernel's binfmt_misc handler starts the interpreter with the program's path in
+/// front: `qemu-aarch64-static /path/relay-agent-X daemon`, or, with the handler's P flag
+/// (Debian's), `/usr/libexec/qemu-binfmt/aarch64-binfmt-P /path/relay-agent-X relay-agent-X
+/// daemon` (the path, then the original `argv[0]`). So the process name (`comm`) is the
+/// interpreter's and only the command line tells.
 fn is_daemon_args(args: &str) -> bool {
-    let mut words = args.split_whitespace();
-    let exe = words.next().unwrap_or("");
-    let name = exe.rsplit('/').next().unwrap_or(exe);
-    name.starts_with("relay-agent") && words.next() == Some("daemon")
+    let mut words = args.split_whitespace().peekable();
+    let base = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    let is_agent = |w: &str| base(w).starts_with("relay-agent");
+    if words.peek().is_some_and(|w| is_qemu(&base(w))) {
+        words.next();
+        // The program's path; with the P flag its original argv[0] follows.
+        if !words.next().is_some_and(is_agent) {
+            return false;
+        }
+        if words.peek().is_some_and(|w| is_agent(w)) {
+            words.next();
+        }
+        return words.next() == Some("daemon");
+    }
+    words.next().is_some_and(is_agent) && words.next() == Some("daemon")
+}
+
+/// A qemu-user interpreter: `qemu-aarch64`, `qemu-aarch64-static`, or a binfmt wrapper such
+/// as Debian's `aarch64-binfmt-P`.
+fn is_qemu(name: &str) -> bool {
+    name.starts_with("qemu-") || name.contains("-binfmt")
 }
 
 const PS_LOCKS: &str =
@@ -205,5 +228,37 @@ mod tests {
         assert_eq!(snap.shells().unwrap(), vec![41, 44]);
         assert!(!is_daemon_args("sleep daemon"));
         assert!(is_daemon_args("relay-agent daemon --foreground"));
+    }
+
+    #[test]
+    fn a_daemon_run_by_qemu_user_is_found_by_its_command_line() {
+        let agent = "/home/relay/.relay/bin/relay-agent-0.1.0-abc";
+        // Debian's handler (P flag): the path, then the original argv[0].
+        let p_flag = format!("/usr/libexec/qemu-binfmt/aarch64-binfmt-P {agent} {agent} daemon");
+        let plain = format!("/usr/bin/qemu-aarch64-static {agent} daemon");
+        assert!(is_daemon_args(&p_flag));
+        assert!(is_daemon_args(&plain));
+        assert!(!is_daemon_args(&format!(
+            "/usr/bin/qemu-aarch64-static {agent} bridge"
+        )));
+        assert!(!is_daemon_args(
+            "/usr/bin/qemu-aarch64-static /bin/sleep daemon"
+        ));
+        assert!(!is_daemon_args(
+            "/usr/libexec/qemu-binfmt/aarch64-binfmt-P /bin/bash -bash"
+        ));
+
+        let text = format!(
+            "\
+      1       0 Ss   root      aarch64-binfmt- /usr/libexec/qemu-binfmt/aarch64-binfmt-P /usr/sbin/sshd /usr/sbin/sshd -D -e
+     40       1 Ssl  relay     aarch64-binfmt- {p_flag}
+     44      40 Ss+  relay     aarch64-binfmt- /usr/libexec/qemu-binfmt/aarch64-binfmt-P /bin/bash -bash
+--locks--
+1: FLOCK  ADVISORY  WRITE 40 00:2b:1234 0 EOF
+"
+        );
+        let snap = parse_snapshot(&text).unwrap();
+        assert_eq!(snap.daemon().unwrap().map(|d| d.pid), Some(40));
+        assert_eq!(snap.shells().unwrap(), vec![44]);
     }
 }

@@ -1,6 +1,6 @@
 //! The SSH transport against real OpenSSH servers in containers: deploy, host keys,
 //! ssh_config, one connection per host, PTYs outliving the connection, older daemons, the
-//! agent's peer-credential check.
+//! agent's peer-credential check, an emulated aarch64 host.
 //!
 //! Needs a Docker engine and the fixture image (`deploy/fixtures/build-images.sh`, built on
 //! demand), and the workspace binaries (`cargo build --workspace --bins`).
@@ -19,6 +19,7 @@ use relay_protocol::{LeaseState, PaneKey, SpawnSpec};
 use relay_tests::fixture::SshHost;
 use relay_tests::{bins, read_until_text, Collected};
 
+mod arm64_host;
 mod broken_hosts;
 mod cli;
 mod deploy;
