@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Builds the connector library (and the protocol it speaks) for the desktops relay's apps ship to
-# besides Linux, and runs their unit tests where this machine can run the result:
+# Builds the connector library (and the protocol it speaks), `relay` and `relayctl` for the
+# desktops relay's apps ship to besides Linux, and runs what this machine can run of the result:
 #
-#   - Windows x86_64 (x86_64-pc-windows-gnu): built with cargo-zigbuild, unit tests run under
-#     Debian's wine64 (wine 8);
+#   - Windows x86_64 (x86_64-pc-windows-gnu): built with cargo-zigbuild; the library's unit tests
+#     run under Debian's wine64 (wine 8), then tests/tests/ssh/windows.rs runs relay.exe under
+#     wine against the fixture SSH host (the Node app's sidecar contract, a piped command);
 #   - macOS arm64 and x86_64 (aarch64-/x86_64-apple-darwin): built only; no Mach-O binary can run
 #     here, so nothing macOS-specific is tested.
 #
 #   deploy/check-desktops.sh
 #
 # Needs: `pip install ziglang cargo-zigbuild` (deploy/test.sh installs them), Debian's wine64 for
-# the Windows tests, and the targets' standard libraries (`rustup target add`, done here). Builds
-# in its own target dir (target/desktops), so it never invalidates the regular builds.
+# the Windows tests, the targets' standard libraries (`rustup target add`, done here), and for
+# the relay.exe tests what the ssh tests need (Docker, the fixture images, Node.js; deploy/test.sh
+# sets them up first). Builds in its own target dir (target/desktops), so it never invalidates
+# the regular builds.
 #
 # Wine 8 lacks bcryptprimitives.dll!ProcessPrng, which Rust's standard library imports: the shim in
 # deploy/fixtures/wine/processprng.c, built here with zig cc, is put next to each test .exe. It is
@@ -39,9 +42,14 @@ for t in "$windows" "${macs[@]}"; do
 done
 
 for t in "${macs[@]}"; do
-    log "building the connector library for $t"
+    log "building the connector library, relay and relayctl for $t"
     CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked "${crates[@]}" --lib --target "$t"
+    CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked -p relay-cli --bins --target "$t"
 done
+
+log "building relay and relayctl for $windows"
+CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked -p relay-cli --bins --target "$windows"
+bin_dir=$target_dir/$windows/debug
 
 log "building the connector library and its unit tests for $windows"
 # The unit-test executables are the artifacts of the lib targets built with the test profile.
@@ -71,4 +79,9 @@ while read -r exe; do
     log "running $(basename "$exe") under wine"
     "$wine" "$exe" || status=1
 done <<<"$tests"
+
+cp -f "$shim" "$bin_dir/"
+log "running relay.exe under wine against the fixture SSH host (tests/tests/ssh/windows.rs)"
+RELAY_WINDOWS_RELAY=$bin_dir/relay.exe RELAY_WINE=$wine \
+    cargo test --locked -p relay-tests --test ssh windows:: -- --ignored || status=1
 exit $status
