@@ -128,7 +128,9 @@ pub(crate) fn own_process_group(cmd: &mut tokio::process::Command) {
 }
 
 /// A command that runs `line` through the platform's shell, as OpenSSH runs `ProxyCommand`:
-/// `sh -c LINE` on Unix; `cmd /C LINE` on Windows (OpenSSH for Windows has no POSIX shell).
+/// `sh -c LINE` on Unix; `cmd /C LINE` on Windows (OpenSSH for Windows has no POSIX shell), the
+/// line passed to cmd.exe as written (`raw_arg`): cmd does not read the C runtime's `\"`
+/// escapes, so a quoted program path (`"C:\Program Files\...\connect.exe" %h %p`) would break.
 pub(crate) fn shell_command(line: &str) -> tokio::process::Command {
     #[cfg(unix)]
     {
@@ -139,7 +141,7 @@ pub(crate) fn shell_command(line: &str) -> tokio::process::Command {
     #[cfg(windows)]
     {
         let mut cmd = tokio::process::Command::new("cmd");
-        cmd.arg("/C").arg(line);
+        cmd.arg("/C").raw_arg(line);
         cmd
     }
 }
@@ -193,3 +195,25 @@ pub(crate) const HAS_LOCAL_AGENT: bool = cfg!(unix);
 
 /// Why `--local` fails on a platform without a local agent; shown to the user as is.
 pub const NO_LOCAL_AGENT: &str = "no local agent on Windows; use an SSH host";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ProxyCommand line reaches the platform's shell as written: quotes are the shell's to
+    /// read (sh removes them; cmd.exe's `echo` prints them), never escaped on the way.
+    #[tokio::test]
+    async fn shell_command_passes_the_line_as_written() {
+        let out = shell_command(r#"echo "quoted arg" x"#)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .expect("running the platform's shell");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        #[cfg(unix)]
+        assert_eq!(text.trim_end(), "quoted arg x");
+        #[cfg(windows)]
+        assert_eq!(text.trim_end(), r#""quoted arg" x"#);
+    }
+}
