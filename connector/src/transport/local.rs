@@ -112,7 +112,8 @@ impl LocalTransport {
 
     async fn spawn(&self, options: OpenOptions) -> Result<AgentStream, Error> {
         if !sys::HAS_LOCAL_AGENT {
-            return Err(Error::spawn(sys::NO_LOCAL_AGENT));
+            // Not transient: no retry makes a local agent appear, so a `Host` fails at once.
+            return Err(Error::no_agent_binary(sys::NO_LOCAL_AGENT));
         }
         let bin = self.agent_path()?;
         let mut cmd = Command::new(&bin);
@@ -432,5 +433,6 @@ mod tests {
             panic!("the local transport opened on Windows");
         };
         assert!(err.to_string().contains(sys::NO_LOCAL_AGENT), "{err}");
+        assert!(!err.is_transient(), "a retry cannot fix it: {err:?}");
     }
 }

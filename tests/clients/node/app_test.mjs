@@ -60,6 +60,9 @@ async function noLocalAgent(app) {
   } catch (e) {
     assert.ok(e instanceof RpcError, String(e));
     assert.match(e.message, /no local agent on Windows; use an SSH host/);
+    // Failed for good, not a host left reconnecting that the app would wait on forever.
+    assert.notEqual(e.code, "timeout", e.message);
+    assert.notEqual(e.error.data?.transient, true, e.message);
   }
   return null;
 }
