@@ -24,6 +24,17 @@ impl PtyRun {
 
     /// Starts `relay ARGS` like [`PtyRun::spawn`], with extra environment variables.
     pub fn spawn_with(home: &TestHome, args: &[&str], env: &[(&str, &str)]) -> PtyRun {
+        Self::spawn_program(home, &bins().relay, args, env)
+    }
+
+    /// Starts `PROGRAM ARGS` like [`PtyRun::spawn_with`]: another build of relay, or relay
+    /// through a runner (wine for `relay.exe`).
+    pub fn spawn_program(
+        home: &TestHome,
+        program: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> PtyRun {
         use portable_pty::{native_pty_system, CommandBuilder, PtySize};
         let pair = native_pty_system()
             .openpty(PtySize {
@@ -33,7 +44,7 @@ impl PtyRun {
                 pixel_height: 0,
             })
             .unwrap();
-        let mut cmd = CommandBuilder::new(&bins().relay);
+        let mut cmd = CommandBuilder::new(program);
         cmd.args(args);
         cmd.cwd(home.path());
         cmd.env("TERM", "xterm");

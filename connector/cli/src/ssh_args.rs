@@ -1,5 +1,6 @@
 //! SSH command-line flags shared by `relay` and `relayctl`, and the terminal side of the SSH
-//! transport's callbacks: the passphrase prompt and the host key question on `/dev/tty`, and the
+//! transport's callbacks: the passphrase prompt and the host key question on the terminal
+//! (`/dev/tty`, a Windows console's `CONIN$`/`CONOUT$`: [`crate::sys::open_console`]), and the
 //! deploy progress line on stderr.
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -68,7 +69,8 @@ pub fn tty_passphrase() -> PassphraseCallback {
     })
 }
 
-/// Asks about an unknown host key on `/dev/tty` like OpenSSH (`yes` trusts and records it).
+/// Asks about an unknown host key on the terminal ([`crate::sys::open_console`]) like OpenSSH
+/// (`yes` trusts and records it).
 /// Declines without asking when stdin is not a terminal (scripts, tests): then unknown keys are
 /// refused with the fingerprint and the `--accept-new` hint, as before.
 pub fn tty_host_key_question() -> HostKeyPrompt {
@@ -76,11 +78,7 @@ pub fn tty_host_key_question() -> HostKeyPrompt {
         if !std::io::stdin().is_terminal() {
             return false;
         }
-        let Ok(mut tty) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/tty")
-        else {
+        let Ok((input, mut tty)) = crate::sys::open_console() else {
             return false;
         };
         let _ = write!(
@@ -91,7 +89,7 @@ pub fn tty_host_key_question() -> HostKeyPrompt {
         );
         let _ = tty.flush();
         let mut answer = String::new();
-        if std::io::BufReader::new(&tty)
+        if std::io::BufReader::new(input)
             .read_line(&mut answer)
             .is_err()
         {

@@ -7,7 +7,9 @@
 //!   console sends no signal, the size polled every [`RESIZE_POLL`];
 //! - [`enter_vt_console`]: on Windows, the console modes that make it a VT terminal (escape
 //!   sequences in stdout, keys as escape sequences in stdin); nothing to do on Unix;
-//! - [`terminate`]: stop a local process by pid (the local agent, Unix only).
+//! - [`terminate`]: stop a local process by pid (the local agent, Unix only);
+//! - [`open_console`]: the terminal itself, for questions asked while stdin and stdout may be
+//!   redirected — `/dev/tty` on Unix, `CONIN$`/`CONOUT$` on Windows.
 //!
 //! Raw mode and the window size itself come from crossterm on every OS (`src/bin/relay/terminal.rs`).
 
@@ -202,5 +204,35 @@ pub fn is_running(pid: u32) -> bool {
     {
         let _ = pid;
         false
+    }
+}
+
+/// The controlling terminal as a (reader, writer) pair, whatever stdin and stdout are: `/dev/tty`
+/// on Unix; the console's input and screen buffers `CONIN$` and `CONOUT$` on Windows (the names
+/// `CreateFile` gives them, Windows SDK "Console Handles").
+///
+/// # Errors
+/// There is no terminal (a daemon, a service, a CI job).
+pub fn open_console() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    #[cfg(unix)]
+    {
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/tty")?;
+        Ok((tty.try_clone()?, tty))
+    }
+    #[cfg(windows)]
+    {
+        // Reading CONIN$ needs write access too (to its modes), as Windows documents.
+        let input = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("CONIN$")?;
+        let output = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("CONOUT$")?;
+        Ok((input, output))
     }
 }

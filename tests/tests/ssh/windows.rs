@@ -1,6 +1,7 @@
 //! The Windows build of `relay` (x86_64-pc-windows-gnu), run under Debian's wine64, against the
 //! fixture SSH host: the Node app plays its crash-and-rebuild contract against `relay.exe serve
-//! --stdio`, and `relay.exe shell HOST -- CMD` moves piped stdin and stdout byte for byte.
+//! --stdio`, `relay.exe shell HOST -- CMD` moves piped stdin and stdout byte for byte, and on a
+//! console `relay.exe shell` asks about an unknown host key, runs a shell and detaches.
 //!
 //! Ignored in a plain `cargo test`: `deploy/check-desktops.sh` builds `relay.exe` (with the wine
 //! shim next to it) and runs these with `--ignored`, naming the binary in `RELAY_WINDOWS_RELAY`
@@ -11,6 +12,7 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 
 use relay_tests::images::{portable_agents, repo_root};
+use relay_tests::pty_run::PtyRun;
 use relay_tests::TestHome;
 
 use super::*;
@@ -146,6 +148,63 @@ async fn the_windows_relay_runs_a_piped_command_byte_for_byte() {
         .collect();
     assert_eq!(out.len(), want.len(), "every byte; stderr: {stderr}");
     assert!(out == want, "in order and nothing else; stderr: {stderr}");
+}
+
+/// `relay.exe shell HOST` on a console, as a Windows user runs it the first time: the unknown
+/// host key is asked about on the console (`CONIN$`/`CONOUT$`, not `/dev/tty`), `yes` records it
+/// in the config's known_hosts file, the agent is deployed, the shell answers typed input, and
+/// `~.` detaches with exit status 0.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_relay_asks_about_an_unknown_host_key_on_the_console() {
+    let (exe, wine) = windows_relay();
+    let host = SshHost::start().await.unwrap();
+    let home = TestHome::new();
+    let config = options(&host).resolve.config_file.unwrap();
+    let known_hosts = host.known_hosts_path();
+    let _ = std::fs::remove_file(&known_hosts);
+    let agents = portable_agents().unwrap();
+    let args = [
+        exe.to_str().unwrap(),
+        "shell",
+        &host.destination(),
+        "-F",
+        config.to_str().unwrap(),
+        "-i",
+        host.key_path().to_str().unwrap(),
+        "--pane",
+        "windows-console",
+    ]
+    .map(str::to_string);
+    let mut run = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut run = PtyRun::spawn_program(
+            &home,
+            &wine,
+            &args,
+            &[
+                ("RELAY_AGENT_DIR", agents.to_str().unwrap()),
+                ("SSH_AUTH_SOCK", ""),
+            ],
+        );
+        run.wait_for("Are you sure you want to continue connecting (yes/no)?");
+        run.type_text("yes\r");
+        run.wait_for("Recording the key");
+        run.type_text("echo answer-$((6*7))\r");
+        run.wait_for("answer-42");
+        run.type_text("\r~.");
+        run.wait_for("detached from pane");
+        run
+    })
+    .await
+    .unwrap();
+    assert_eq!(run.wait_exit(), 0, "{}", run.screen());
+    let recorded = std::fs::read_to_string(&known_hosts).unwrap_or_default();
+    assert!(
+        recorded.contains(host.known_hosts_line().split_whitespace().nth(2).unwrap()),
+        "the key was recorded in {}: {recorded:?}",
+        known_hosts.display()
+    );
 }
 
 /// `cksum`'s line for `data` ("CRC SIZE"), computed here.
