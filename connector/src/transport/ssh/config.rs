@@ -9,7 +9,8 @@
 //!    not `$HOME`: pass an explicit config file ([`ResolveOptions::config_file`]) to isolate it.
 //!    `$RELAY_SSH` names another ssh binary (default `ssh` on `PATH`).
 //! 2. Without an `ssh` binary: the `ssh2-config` parser over the given file or `$HOME/.ssh/config`
-//!    (Include and wildcard `Host` patterns work; `Match` blocks do not).
+//!    (Include and wildcard `Host` patterns work; `Match` blocks in the file are skipped with a
+//!    warning, as the parser cannot evaluate their conditions).
 //!
 //! # Fields honoured
 //!
@@ -284,6 +285,36 @@ pub fn parse_ssh_g(alias: &str, text: &str) -> Result<HostConfig, Error> {
     Ok(cfg)
 }
 
+/// `text` (an ssh_config file) with every `Match` block blanked — from a `Match` line to the next
+/// `Host` or `Match` line, lines kept so numbers in parse errors still match the file — and
+/// whether there was one. `ssh2-config` does not evaluate `Match` conditions (its settings
+/// would apply to every host, `Match exec false` included); skipping them is the smaller
+/// surprise. Keywords are case-insensitive and may be followed by `=` (ssh_config(5)).
+fn without_match_blocks(text: &str) -> (String, bool) {
+    let mut out = String::with_capacity(text.len());
+    let mut in_match = false;
+    let mut skipped = false;
+    for line in text.split_inclusive('\n') {
+        let keyword = line
+            .trim_start()
+            .split(|c: char| c.is_whitespace() || c == '=')
+            .next()
+            .unwrap_or("");
+        if keyword.eq_ignore_ascii_case("match") {
+            in_match = true;
+            skipped = true;
+        } else if keyword.eq_ignore_ascii_case("host") {
+            in_match = false;
+        }
+        if in_match {
+            out.push_str(if line.ends_with('\n') { "\n" } else { "" });
+        } else {
+            out.push_str(line);
+        }
+    }
+    (out, skipped)
+}
+
 /// Resolution without an `ssh` binary, with `ssh2-config`.
 fn fallback(
     host: &str,
@@ -300,10 +331,17 @@ fn fallback(
     };
     let config = match &path {
         Some(path) => {
-            let f = std::fs::File::open(path).map_err(|e| {
+            let text = std::fs::read_to_string(path).map_err(|e| {
                 Error::config(format!("cannot read {}", path.display())).caused_by(e)
             })?;
-            let mut reader = std::io::BufReader::new(f);
+            let (text, skipped) = without_match_blocks(&text);
+            if skipped {
+                tracing::warn!(
+                    "{}: Match blocks are not evaluated without an ssh binary, so their settings                      are skipped; install OpenSSH's client (ssh) to have them applied",
+                    path.display()
+                );
+            }
+            let mut reader = std::io::Cursor::new(text);
             let mut config = SshConfig::default();
             if let Some(home) = home_dir() {
                 config = config.home_dir(home);
@@ -464,6 +502,22 @@ mod tests {
         assert_eq!(c.proxy_jump, vec!["j1".to_string(), "j2".to_string()]);
         let other = fallback("other", Some(&file), Some(99), Some("zed".into())).unwrap();
         assert_eq!(other.display(), "zed@other:99");
+    }
+
+    /// Without an ssh binary, a `Match` block's settings apply to no host (they would apply to
+    /// every host, whatever the condition); the `Host` blocks around it still count.
+    #[test]
+    fn fallback_parser_skips_match_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config");
+        std::fs::write(
+            &file,
+            "Match host other\n  Port 1\nHost box\n  HostName 10.0.0.9\nmatch=exec \"false\"\n  \
+             User mallory\n  Port 2\nHost *\n  User alice\n",
+        )
+        .unwrap();
+        let c = fallback("box", Some(&file), None, None).unwrap();
+        assert_eq!(c.display(), "alice@10.0.0.9:22");
     }
 
     /// `%h`, `%r`, `%n` cannot inject a command into a ProxyCommand, and `%%` and `%p` expand as
