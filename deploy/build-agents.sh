@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the relay agents that `relay` and `relayctl` deploy to hosts, so they run on the hosts
-# people have: an x86_64 Linux agent that needs at most glibc 2.17 (CentOS 7, Ubuntu 14.04 and
-# everything newer), built with cargo-zigbuild (zig as the C toolchain and linker, linking against
-# glibc 2.17's symbol versions).
+# people have: x86_64 and aarch64 Linux agents that need at most glibc 2.17 (CentOS 7, Ubuntu
+# 14.04 and everything newer), built with cargo-zigbuild (zig as the C toolchain and linker,
+# linking against glibc 2.17's symbol versions). aarch64 is built when its Rust standard library
+# is installed (`rustup target add aarch64-unknown-linux-gnu`; deploy/test.sh adds it).
 #
 #   deploy/build-agents.sh                 # release agents for every target zig can build here
 #   deploy/build-agents.sh --debug         # debug profile (faster to build, larger to upload)
