@@ -96,6 +96,16 @@ impl PtyRun {
         }
     }
 
+    /// Waits until the program has turned the terminal's echo off (raw mode, or a password
+    /// prompt): typed input then goes to it as typed, not through the line discipline. Wine's
+    /// console does this only when it starts reading, after its prompt is already on the screen.
+    pub fn wait_for_echo_off(&self) {
+        eventually("the program to turn the terminal's echo off", || {
+            let termios = nix::libc::termios::from(self._master.get_termios()?);
+            (termios.c_lflag & nix::libc::ECHO == 0).then_some(())
+        });
+    }
+
     /// The relay process id.
     pub fn pid(&self) -> i32 {
         self.child.process_id().expect("relay has a pid") as i32

@@ -188,8 +188,13 @@ async fn the_windows_relay_asks_about_an_unknown_host_key_on_the_console() {
             ],
         );
         run.wait_for("Are you sure you want to continue connecting (yes/no)?");
+        // Wine's console reads the answer once it has put the terminal in raw mode; "\r" typed
+        // before that would reach it as "\n", which it takes for Ctrl+J rather than Enter.
+        run.wait_for_echo_off();
         run.type_text("yes\r");
         run.wait_for("Recording the key");
+        // The shell's prompt (the fixture's bash: `relay@HOST:~$`): relay is attached, raw.
+        run.wait_for("~$");
         run.type_text("echo answer-$((6*7))\r");
         run.wait_for("answer-42");
         run.type_text("\r~.");
