@@ -83,5 +83,5 @@ done <<<"$tests"
 cp -f "$shim" "$bin_dir/"
 log "running relay.exe under wine against the fixture SSH host (tests/tests/ssh/windows.rs)"
 RELAY_WINDOWS_RELAY=$bin_dir/relay.exe RELAY_WINE=$wine \
-    cargo test --locked -p relay-tests --test ssh windows:: -- --ignored || status=1
+    cargo test --locked -p relay-tests --test ssh windows:: -- --ignored --test-threads=1 || status=1
 exit $status
