@@ -8,7 +8,7 @@
 //! and wine in `RELAY_WINE`. Wine is slow to start a process (seconds): bounds here are generous
 //! and say nothing about speed. check-desktops.sh runs them one at a time: run side by side under
 //! one wineserver and a loaded machine, the piped run has hung past 60 s and once ended with
-//! status 0 and no output — not seen one at a time (issue 29's notes).
+//! status 0 instead of the command's 7 — not seen one at a time (issue 29's notes).
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
