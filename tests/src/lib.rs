@@ -367,6 +367,27 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// `cksum`'s line for `data` ("CRC SIZE"), from the machine's `cksum` (POSIX CRC), so a test
+/// can compare what a remote `cksum` printed about the bytes it received.
+///
+/// # Panics
+/// When `cksum` cannot run.
+pub fn cksum(data: &[u8]) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new("cksum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("cksum");
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 pub mod faults;
 pub mod fixture;
 pub mod images;

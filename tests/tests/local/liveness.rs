@@ -2,7 +2,7 @@
 //! the socket accepts, nothing answers) must not trap `relay` or `relayctl`, and an agent that
 //! refuses input because the program is not reading only slows a paste down.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -143,7 +143,7 @@ async fn relay_delivers_a_paste_beyond_the_agents_input_limit_in_order() {
         .flat_map(|i: u32| format!("{i:07}\n").into_bytes())
         .take(size)
         .collect();
-    let expected = cksum(&data);
+    let expected = relay_tests::cksum(&data);
 
     let mut run = PipedRun::spawn(&home, &["shell", "--local", "--pane", "paste"]);
     run.feed_and_close(data);
@@ -159,21 +159,6 @@ async fn relay_delivers_a_paste_beyond_the_agents_input_limit_in_order() {
         stdout.contains(&expected),
         "checksum {expected:?} of the whole paste, in order; got {stdout:?}"
     );
-}
-
-/// `cksum`'s line for `data` ("CRC SIZE").
-fn cksum(data: &[u8]) -> String {
-    let mut child = std::process::Command::new("cksum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("cksum");
-    let mut stdin = child.stdin.take().unwrap();
-    let data = data.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// Regression (rule G): with stdout not taking output (a pipe nobody reads), relay stopped

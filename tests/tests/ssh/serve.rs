@@ -152,17 +152,29 @@ async fn ssh_failures_reach_the_app_with_stable_codes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_app_survives_its_crash_and_rebuilds_from_the_host() {
     let host = SshHost::start().await.unwrap();
+    run_node_app(&host, &bins().relay, &[]).await;
+}
+
+/// Runs the Node app (`tests/clients/node/app_test.mjs`) against `relay serve --stdio` and the
+/// SSH `host`, with `env` added (another relay build, a runner for it, no local agent); asserts
+/// it passed and left exactly one shell on the host. Returns what it printed (its steps).
+pub(super) async fn run_node_app(
+    host: &SshHost,
+    relay: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> String {
     let home = TestHome::new();
-    let config = options(&host).resolve.config_file.unwrap();
+    let config = options(host).resolve.config_file.unwrap();
     let script = repo_root().join("tests/clients/node/app_test.mjs");
     let mut node = home.command(Path::new("node"));
     node.arg(&script)
         .env_remove("SSH_AUTH_SOCK")
         .env("RELAY_AGENT_BIN", agent_bin())
-        .env("RELAY_BIN", &bins().relay)
+        .env("RELAY_BIN", relay)
         .env("RELAY_SSH_DEST", host.destination())
         .env("RELAY_SSH_CONFIG", &config)
         .env("RELAY_SSH_IDENTITY", host.key_path())
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null());
     let out = tokio::task::spawn_blocking(move || node.output())
         .await
@@ -173,7 +185,7 @@ async fn a_node_app_survives_its_crash_and_rebuilds_from_the_host() {
                 script.display()
             )
         });
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "the node app failed:\n{stderr}");
     assert!(stderr.contains("node app: passed"), "{stderr}");
     assert_eq!(
@@ -181,4 +193,5 @@ async fn a_node_app_survives_its_crash_and_rebuilds_from_the_host() {
         1,
         "one shell left on the host: the crash ended nothing and re-attach created nothing"
     );
+    stderr
 }

@@ -11,9 +11,9 @@
 //! status 0 instead of the command's 7 — not seen one at a time (issue 29's notes).
 
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use relay_tests::images::{portable_agents, repo_root};
+use relay_tests::images::portable_agents;
 use relay_tests::pty_run::PtyRun;
 use relay_tests::TestHome;
 
@@ -42,34 +42,18 @@ fn windows_relay() -> (PathBuf, PathBuf) {
 async fn the_windows_sidecar_passes_the_node_apps_contract() {
     let (exe, wine) = windows_relay();
     let host = SshHost::start().await.unwrap();
-    let home = TestHome::new();
-    let config = options(&host).resolve.config_file.unwrap();
-    let script = repo_root().join("tests/clients/node/app_test.mjs");
-    let mut node = home.command(Path::new("node"));
-    node.arg(&script)
-        .env_remove("SSH_AUTH_SOCK")
-        .env("RELAY_AGENT_BIN", agent_bin())
-        .env("RELAY_AGENT_DIR", portable_agents().unwrap())
-        .env("RELAY_BIN", &exe)
-        .env("RELAY_RUNNER", &wine)
-        .env("RELAY_NO_LOCAL", "1")
-        .env("RELAY_SSH_DEST", host.destination())
-        .env("RELAY_SSH_CONFIG", &config)
-        .env("RELAY_SSH_IDENTITY", host.key_path())
-        .stdin(Stdio::null());
-    let out = tokio::task::spawn_blocking(move || node.output())
-        .await
-        .unwrap()
-        .expect("running node (is Node.js installed?)");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the node app failed:\n{stderr}");
-    assert!(stderr.contains("node app: passed"), "{stderr}");
+    let agents = portable_agents().unwrap();
+    let stderr = super::serve::run_node_app(
+        &host,
+        &exe,
+        &[
+            ("RELAY_AGENT_DIR", agents.as_os_str()),
+            ("RELAY_RUNNER", wine.as_os_str()),
+            ("RELAY_NO_LOCAL", "1".as_ref()),
+        ],
+    )
+    .await;
     assert!(stderr.contains("no local agent here"), "{stderr}");
-    assert_eq!(
-        host.shell_pids().await.unwrap().len(),
-        1,
-        "one shell left on the host: the crash ended nothing and re-attach created nothing"
-    );
 }
 
 /// `relay.exe shell HOST -- CMD` as a script on Windows runs it: stdin, stdout and stderr are
@@ -117,7 +101,7 @@ async fn the_windows_relay_runs_a_piped_command_byte_for_byte() {
         .flat_map(|i| format!("{i:07}\n").into_bytes())
         .take(INPUT)
         .collect();
-    let expected_sum = cksum(&data);
+    let expected_sum = relay_tests::cksum(&data);
     let (out, status) = tokio::task::spawn_blocking(move || {
         // Input only once the PTY is raw: before that the line discipline would echo it.
         let mut out = Vec::new();
@@ -214,19 +198,4 @@ async fn the_windows_relay_asks_about_an_unknown_host_key_on_the_console() {
         "the key was recorded in {}: {recorded:?}",
         known_hosts.display()
     );
-}
-
-/// `cksum`'s line for `data` ("CRC SIZE"), computed here.
-fn cksum(data: &[u8]) -> String {
-    let mut child = Command::new("cksum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("cksum");
-    let mut stdin = child.stdin.take().unwrap();
-    let data = data.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
