@@ -29,9 +29,9 @@ impl Proc {
         })
     }
 
-    /// Whether it has not exited: not a zombie (`Z`) and not dead (`X`).
+    /// Whether it has not wholly exited, as [`alive`] says.
     pub fn is_live(&self) -> bool {
-        !matches!(self.state, 'Z' | 'X')
+        !matches!(self.state, 'Z' | 'X') || threads(self.pid) > 1
     }
 
     /// Argument `i` (0 is the program).
@@ -57,9 +57,18 @@ pub fn all() -> Vec<Proc> {
         .collect()
 }
 
-/// Whether `pid` exists and has not exited (a zombie has).
+/// Whether `pid` exists and has not wholly exited. A zombie has, unless other threads of its
+/// process still run: a multi-threaded process killed with SIGKILL shows its main thread as a
+/// zombie while the others are still exiting, and until the last one is gone the process's
+/// descriptors (a listening socket, a lock) are still open (Linux `exit_notify`: the group leader
+/// is a "delayed" zombie while its thread group is not empty).
 pub fn alive(pid: u32) -> bool {
-    state(pid).is_some_and(|s| !matches!(s, 'Z' | 'X'))
+    Proc::read(pid).is_some_and(|p| p.is_live())
+}
+
+/// How many threads of `pid` are listed in `/proc/PID/task` (0 when it is gone).
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
 
 /// Pids of live processes one of whose arguments contains `needle`.
