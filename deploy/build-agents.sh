@@ -2,8 +2,11 @@
 # Build the relay agents that `relay` and `relayctl` deploy to hosts, so they run on the hosts
 # people have: x86_64 and aarch64 Linux agents that need at most glibc 2.17 (CentOS 7, Ubuntu
 # 14.04 and everything newer), built with cargo-zigbuild (zig as the C toolchain and linker,
-# linking against glibc 2.17's symbol versions). aarch64 is built when its Rust standard library
-# is installed (`rustup target add aarch64-unknown-linux-gnu`; deploy/test.sh adds it).
+# linking against glibc 2.17's symbol versions), and static agents (musl, linked in) for hosts
+# without glibc (Alpine, busybox, distroless) or with an older one; the deploy picks the static
+# agent where its probe finds no glibc. Each target is built when its Rust standard library is
+# installed (`rustup target add aarch64-unknown-linux-gnu x86_64-unknown-linux-musl
+# aarch64-unknown-linux-musl`; deploy/test.sh adds the first two).
 #
 #   deploy/build-agents.sh                 # release agents for every target zig can build here
 #   deploy/build-agents.sh --debug         # debug profile (faster to build, larger to upload)
@@ -37,7 +40,7 @@ while [[ $# -gt 0 ]]; do
         --debug) profile=debug; shift ;;
         --target) targets+=("${2:?--target needs a Rust target triple}"); shift 2 ;;
         --target=*) targets+=("${1#--target=}"); shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -50,7 +53,8 @@ python3 -m ziglang version >/dev/null 2>&1 || command -v zig >/dev/null ||
 installed_targets=$(rustup target list --installed 2>/dev/null || rustc -vV | sed -n 's/^host: //p')
 if [[ ${#targets[@]} -eq 0 ]]; then
     # Every Linux target whose standard library is installed.
-    for t in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
+    for t in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu \
+        x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
         grep -qx "$t" <<<"$installed_targets" && targets+=("$t")
     done
     [[ ${#targets[@]} -gt 0 ]] || die "no Linux target installed (rustup target add x86_64-unknown-linux-gnu)"
@@ -76,6 +80,10 @@ for t in "${targets[@]}"; do
         -p relay-agent --bin relay-agent --target "$zig_target" >&2
     built=$build_dir/$t/$profile/relay-agent
     [[ -x $built ]] || die "cargo zigbuild did not produce $built"
+    if [[ $t == *-linux-musl ]] && command -v readelf >/dev/null &&
+        readelf -l "$built" | grep -q 'program interpreter'; then
+        die "$built has a program interpreter: a static agent must not need one"
+    fi
     if [[ $t == *-linux-gnu ]]; then
         needed=$(glibc_needed "$built")
         if [[ -n $needed && $(printf '%s\n%s\n' "$needed" "$glibc_floor" | sort -V | tail -n 1) != "$glibc_floor" ]]; then

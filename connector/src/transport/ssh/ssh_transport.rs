@@ -99,7 +99,7 @@ struct Known {
 /// Size and modification time of each local agent binary `source` offers for `target`.
 fn local_stamps(source: &AgentSource, target: &str) -> Vec<(PathBuf, Option<(u64, SystemTime)>)> {
     source
-        .candidates(target)
+        .host_candidates(target)
         .unwrap_or_default()
         .into_iter()
         .map(|path| {

@@ -15,6 +15,11 @@
 //!    distribution only;
 //! 5. `relay-agent-T` next to the current executable.
 //!
+//! For a Linux host, the static agents for its CPU (`relay-agent-<cpu>-unknown-linux-musl`, no C
+//! library needed on the host: Alpine, busybox, distroless) are found the same way and offered
+//! after the host's own target's ([`AgentSource::host_candidates`]); the deploy puts them first
+//! when the probe did not find glibc on the host.
+//!
 //! A portable agent in `../agents` that is older than the native `relay-agent` next to the
 //! executable (the sources changed since `deploy/build-agents.sh` last ran) comes after the native
 //! build instead: [`AgentSource::candidates`] lists both, and the deploy takes the first one the
@@ -52,6 +57,17 @@ pub fn target_for(os: &str, machine: &str) -> Option<&'static str> {
     })
 }
 
+/// The static Linux target for the same CPU as the Linux `target`: its agent is linked with musl
+/// statically, so it runs on any Linux host of that CPU whatever its C library (none, musl, or a
+/// glibc older than the gnu agents' 2.17 floor). `None` for a target that is not Linux gnu.
+pub fn static_target(target: &str) -> Option<&'static str> {
+    match target {
+        "x86_64-unknown-linux-gnu" => Some("x86_64-unknown-linux-musl"),
+        "aarch64-unknown-linux-gnu" => Some("aarch64-unknown-linux-musl"),
+        _ => None,
+    }
+}
+
 /// The target of the machine the connector runs on.
 pub fn local_target() -> Option<&'static str> {
     let os = match std::env::consts::OS {
@@ -69,6 +85,29 @@ impl AgentSource {
     /// [`Error::NoAgentBinary`] listing the places searched when no binary exists for `target`.
     pub fn find(&self, target: &str) -> Result<PathBuf, Error> {
         Ok(self.candidates(target)?.remove(0))
+    }
+
+    /// Every existing agent binary that can serve a host of `target`: [`AgentSource::candidates`]
+    /// for `target`, then those for its [`static_target`] (never empty).
+    ///
+    /// # Errors
+    /// [`Error::NoAgentBinary`] for `target`'s search when neither search found a binary.
+    pub fn host_candidates(&self, target: &str) -> Result<Vec<PathBuf>, Error> {
+        let statics = static_target(target)
+            .and_then(|t| self.candidates(t).ok())
+            .unwrap_or_default();
+        match self.candidates(target) {
+            Ok(mut found) => {
+                for p in statics {
+                    if !found.contains(&p) {
+                        found.push(p);
+                    }
+                }
+                Ok(found)
+            }
+            Err(_) if !statics.is_empty() => Ok(statics),
+            Err(e) => Err(e),
+        }
     }
 
     /// Every existing agent binary for `target`, best first (never empty): the deploy takes the

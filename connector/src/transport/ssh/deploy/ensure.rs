@@ -216,17 +216,23 @@ pub(crate) async fn ensure_agent(
         target: target.to_string(),
     });
 
-    // 2. The local binary for that target: the first candidate the host can run.
+    // 2. The local binary for that target: the first candidate the host can run. Where the
+    // probe did not find glibc, a static agent goes first: a glibc-linked one could not start.
+    let mut loaded = Vec::new();
+    for path in source.host_candidates(target)? {
+        let agent = LocalAgent::load(&path).await;
+        loaded.push((path, agent));
+    }
+    if !matches!(probe.facts.libc, host_check::HostLibc::Glibc(_)) {
+        loaded.sort_by_key(|(_, agent)| !matches!(agent, Ok(a) if a.glibc.is_none()));
+    }
     let mut refused: Option<Error> = None;
     let mut chosen = None;
-    for path in source.candidates(target)? {
+    for (path, agent) in loaded {
         // An unreadable or broken candidate is skipped like one the host cannot run.
-        let checked = match LocalAgent::load(&path).await {
-            Ok(agent) => {
-                host_check::check(&probe.facts, agent.glibc, &path, target).map(|()| agent)
-            }
-            Err(e) => Err(e),
-        };
+        let checked = agent.and_then(|agent| {
+            host_check::check(&probe.facts, agent.glibc, &path, target).map(|()| agent)
+        });
         match checked {
             Ok(agent) => {
                 if let Some(e) = &refused {

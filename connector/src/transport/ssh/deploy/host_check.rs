@@ -57,16 +57,24 @@ pub enum HostLibc {
     Glibc(GlibcVersion),
     /// musl libc (Alpine and other small distributions): a glibc-linked agent cannot run.
     Musl,
-    /// The probe could not tell (not Linux, or neither `getconf` nor `ldd` answered).
+    /// No glibc: neither `getconf` nor `ldd` answered and no glibc dynamic loader
+    /// (`ld-linux*.so.*`) exists in `/lib*` or `/usr/lib*` (busybox or distroless hosts).
+    Absent,
+    /// The probe could not tell (not Linux, or neither `getconf` nor `ldd` answered but a
+    /// glibc loader exists).
     Unknown,
 }
 
 impl HostLibc {
     /// Reads the probe's `libc=` value: `getconf GNU_LIBC_VERSION` (`glibc 2.31`) or, when that
     /// printed nothing, the first line of `ldd --version` (`ldd (Debian GLIBC 2.31-13) 2.31`,
-    /// `musl libc (x86_64)`).
+    /// `musl libc (x86_64)`), or [`NO_GLIBC`] when neither named a C library and no glibc loader
+    /// exists.
     pub fn from_probe(value: &str) -> HostLibc {
         let value = value.trim();
+        if value == NO_GLIBC {
+            return HostLibc::Absent;
+        }
         if value.to_ascii_lowercase().contains("musl") {
             return HostLibc::Musl;
         }
@@ -173,12 +181,18 @@ pub fn check(
              against a newer C library than the host's); {rebuild}",
             agent.display()
         ))),
-        HostLibc::Musl => Err(Error::AgentCannotRun(format!(
-            "the host uses musl libc, but the agent {} is linked against glibc {needs}; build a \
-             static agent for the host (cargo build --release -p relay-agent --target \
-             {}) and put it in RELAY_AGENT_DIR as relay-agent-{target}",
+        HostLibc::Musl | HostLibc::Absent => Err(Error::AgentCannotRun(format!(
+            "the host {}, but the agent {} is linked against glibc {needs}; build \
+             the static agent for the host (rustup target add {static_target}; \
+             deploy/build-agents.sh), or set RELAY_AGENT_DIR to a directory holding \
+             relay-agent-{static_target}",
+            if facts.libc == HostLibc::Musl {
+                "uses musl libc"
+            } else {
+                "has no glibc (no getconf, no ldd, no glibc dynamic loader)"
+            },
             agent.display(),
-            target.replace("-gnu", "-musl")
+            static_target = target.replace("-gnu", "-musl")
         ))),
         _ => Ok(()),
     }
@@ -197,14 +211,22 @@ macro_rules! mount_awk {
     };
 }
 
-/// Shell snippet for the probe: prints `libc=<what getconf or ldd said>` and, where
+/// The probe's `libc=` value for a host where neither `getconf` nor `ldd` named a C library and
+/// no glibc dynamic loader exists.
+pub(crate) const NO_GLIBC: &str = "no-glibc";
+
+/// Shell snippet for the probe: prints `libc=<what getconf or ldd said, or no-glibc>` and, where
 /// `/proc/self/mounts` is readable, `install-mount=<mount point> <options>` for the mount in
 /// effect where the agent will live: the deepest of `~/.relay/bin`, `~/.relay`, `~` that exists,
 /// resolved with `pwd -P` (mount points are physical paths; a symlinked `~/.relay` counts where
 /// it points).
 pub(crate) const PROBE_SNIPPET: &str = concat!(
     "v=$(getconf GNU_LIBC_VERSION 2>/dev/null) || v=; \
-     [ -n \"$v\" ] || v=$(ldd --version 2>&1 | head -n 1); echo \"libc=$v\"; \
+     [ -n \"$v\" ] || v=$(ldd --version 2>&1 | head -n 1); \
+     case \"$v\" in glibc*|*GLIBC*|*'GNU libc'*|*musl*) ;; *) g=; \
+     for l in /lib*/ld-linux*.so.* /lib*/*/ld-linux*.so.* /usr/lib*/ld-linux*.so.* \
+     /usr/lib*/*/ld-linux*.so.*; do [ -e \"$l\" ] && g=1; done; \
+     [ -n \"$g\" ] || v=no-glibc;; esac; echo \"libc=$v\"; \
      if [ -r /proc/self/mounts ]; then d=; \
      for c in \"$HOME/.relay/bin\" \"$HOME/.relay\" \"$HOME\"; do \
      if [ -d \"$c\" ]; then d=$(cd \"$c\" 2>/dev/null && pwd -P) && break; fi; done; \
@@ -267,6 +289,7 @@ mod tests {
             HostLibc::from_probe("sh: ldd: not found "),
             HostLibc::Unknown
         );
+        assert_eq!(HostLibc::from_probe(NO_GLIBC), HostLibc::Absent);
     }
 
     #[test]
@@ -353,10 +376,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("musl") && err.contains("x86_64-unknown-linux-musl"),
+            err.contains("musl")
+                && err.contains("relay-agent-x86_64-unknown-linux-musl")
+                && err.contains("deploy/build-agents.sh"),
             "{err}"
         );
         check(&musl, None, agent, t).expect("a static agent runs on musl");
+        let busybox = host(HostLibc::Absent, None);
+        let err = check(&busybox, Some(v(2, 17)), agent, t)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("has no glibc") && err.contains("relay-agent-x86_64-unknown-linux-musl"),
+            "{err}"
+        );
+        check(&busybox, None, agent, t).expect("a static agent runs without a C library");
 
         let noexec = host(HostLibc::Unknown, Some(("/home", "rw,noexec")));
         let err = check(&noexec, None, agent, t).unwrap_err().to_string();
