@@ -58,10 +58,11 @@ bash deploy/fixtures/ensure-docker.sh
 log "Cleaning containers left by earlier test runs"
 docker ps -aq --filter label=org.testcontainers.managed-by=testcontainers | xargs -r docker rm -f >/dev/null || true
 
-log "Fixture images (sshd hosts built from Debian packages: bookworm, bullseye for glibc 2.31, arm64 under qemu)"
+log "Fixture images (sshd hosts built from Debian packages: bookworm, bullseye for glibc 2.31, arm64 under qemu, one without glibc)"
 bash deploy/fixtures/build-images.sh
 bash deploy/fixtures/build-images.sh --suite bullseye
 bash deploy/fixtures/build-images.sh --arch arm64
+bash deploy/fixtures/build-noglibc-image.sh
 
 log "Portable agents (README: pip install ziglang cargo-zigbuild; deploy/build-agents.sh)"
 if ! command -v cargo-zigbuild >/dev/null; then
@@ -76,9 +77,11 @@ if ! command -v cargo-zigbuild >/dev/null; then
   export PATH
 fi
 # build-agents.sh builds for every Linux target whose standard library is installed: add aarch64's
-# so the arm64 host test has its agent.
-rustup target list --installed | grep -x aarch64-unknown-linux-gnu >/dev/null ||
-  rustup target add aarch64-unknown-linux-gnu
+# so the arm64 host test has its agent, and x86_64 musl's for the static agent the host without
+# glibc gets.
+for t in aarch64-unknown-linux-gnu x86_64-unknown-linux-musl; do
+  rustup target list --installed | grep -x "$t" >/dev/null || rustup target add "$t"
+done
 bash deploy/build-agents.sh
 
 log "Format and lints"

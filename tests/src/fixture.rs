@@ -30,8 +30,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::faults::NetFaults;
 pub use crate::images::{
-    ensure_image, ensure_image_for, ensure_image_of, fixture_dir, portable_agents, repo_root, Arch,
-    FixtureFiles, HostSpec, Suite,
+    ensure_host_image, ensure_image, ensure_image_for, ensure_image_of, fixture_dir,
+    portable_agents, repo_root, Arch, FixtureFiles, HostSpec, Suite,
 };
 
 /// The user the image authorizes the client key for.
@@ -114,8 +114,7 @@ impl SshHost {
     /// # Errors
     /// When the image cannot be built or the container does not come up.
     pub async fn start_with(spec: HostSpec) -> Result<SshHost> {
-        let files =
-            tokio::task::spawn_blocking(move || ensure_image_of(spec.suite, spec.arch)).await??;
+        let files = tokio::task::spawn_blocking(move || ensure_host_image(&spec)).await??;
         let scale = spec.arch.time_scale();
         let (name, tag) = files
             .image

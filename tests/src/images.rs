@@ -128,6 +128,58 @@ pub struct HostSpec {
     /// Mount a `noexec` tmpfs on `~relay/.relay`, where relay installs its agent (as on hosts
     /// whose home directories are mounted `noexec`).
     pub noexec_install_dir: bool,
+    /// A host without glibc (`deploy/fixtures/build-noglibc-image.sh`): busybox for every user
+    /// program, sshd with a private glibc; only a static agent runs there. Bookworm's sshd on
+    /// this machine's CPU: `suite` and `arch` must be the defaults.
+    pub no_glibc: bool,
+}
+
+/// Builds the image of the host `spec` describes if needed (once per process and kind) and
+/// returns its files.
+///
+/// # Errors
+/// As [`ensure_image_of`]; a `no_glibc` spec with another suite or CPU than the defaults.
+pub fn ensure_host_image(spec: &HostSpec) -> Result<FixtureFiles> {
+    if !spec.no_glibc {
+        return ensure_image_of(spec.suite, spec.arch);
+    }
+    if spec.suite != Suite::Bookworm || spec.arch != Arch::Native {
+        bail!("the host without glibc is built for bookworm on this machine's CPU only");
+    }
+    static ONCE: OnceLock<Mutex<Option<FixtureFiles>>> = OnceLock::new();
+    let mut done = ONCE.get_or_init(|| Mutex::new(None)).lock_unpoisoned();
+    if let Some(files) = done.as_ref() {
+        return Ok(files.clone());
+    }
+    run_script("deploy/fixtures/build-noglibc-image.sh", |_| {})?;
+    let files = read_files("-noglibc")?;
+    *done = Some(files.clone());
+    Ok(files)
+}
+
+/// The files `build-images.sh` (or `build-noglibc-image.sh`) wrote for the image whose files end
+/// in `sfx`.
+fn read_files(sfx: &str) -> Result<FixtureFiles> {
+    let dir = fixture_dir();
+    let read = |name: &str| -> Result<String> {
+        let p = dir.join(name);
+        Ok(std::fs::read_to_string(&p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .trim()
+            .to_string())
+    };
+    let files = FixtureFiles {
+        image: read(&format!("image{sfx}"))?,
+        client_key: dir.join("id_ed25519"),
+        host_key: read(&format!("host_ed25519{sfx}.pub"))?,
+    };
+    if !files.client_key.is_file() {
+        bail!(
+            "{} is missing after the image build",
+            files.client_key.display()
+        );
+    }
+    Ok(files)
 }
 
 /// Builds the default (bookworm) fixture image if needed (once per process) and returns its
@@ -169,26 +221,7 @@ pub fn ensure_image_of(suite: Suite, arch: Arch) -> Result<FixtureFiles> {
             cmd.args(["--arch", a]);
         }
     })?;
-    let dir = fixture_dir();
-    let read = |name: &str| -> Result<String> {
-        let p = dir.join(name);
-        Ok(std::fs::read_to_string(&p)
-            .with_context(|| format!("reading {}", p.display()))?
-            .trim()
-            .to_string())
-    };
-    let sfx = format!("{}{}", suite.file_suffix(), arch.file_suffix());
-    let files = FixtureFiles {
-        image: read(&format!("image{sfx}"))?,
-        client_key: dir.join("id_ed25519"),
-        host_key: read(&format!("host_ed25519{sfx}.pub"))?,
-    };
-    if !files.client_key.is_file() {
-        bail!(
-            "{} is missing after the image build",
-            files.client_key.display()
-        );
-    }
+    let files = read_files(&format!("{}{}", suite.file_suffix(), arch.file_suffix()))?;
     done.push(((suite, arch), files.clone()));
     Ok(files)
 }

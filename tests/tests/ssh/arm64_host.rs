@@ -8,10 +8,8 @@
 
 use std::path::Path;
 
-use relay_connector::PaneHandle;
-use relay_protocol::Binding;
 use relay_tests::fixture::{portable_agents, Arch, HostSpec};
-use relay_tests::{read_until, TestHome};
+use relay_tests::TestHome;
 
 use super::*;
 
@@ -28,51 +26,6 @@ fn elf_machine(path: &Path) -> u16 {
         path.display()
     );
     u16::from_le_bytes([bytes[18], bytes[19]])
-}
-
-/// Types `line` into the pane and reads its output until `expect` appears.
-async fn run_line(
-    host: &SshHost,
-    session: &Session,
-    binding: &Binding,
-    handle: &mut PaneHandle,
-    line: &str,
-    expect: &str,
-) {
-    session
-        .input(binding, format!("{line}\r").as_bytes())
-        .await
-        .unwrap();
-    let mut out = Collected::default();
-    read_until(handle, &mut out, host.start_limit(20), |c| {
-        c.text().contains(expect)
-    })
-    .await
-    .unwrap_or_else(|e| panic!("waiting for {expect:?} after {line:?}: {e}"));
-}
-
-/// Connects a fresh session (a new SSH connection) and re-attaches to `pane`, which must still
-/// be the PTY of `binding`, run by process `pid`.
-async fn reattach(
-    host: &SshHost,
-    transport: &SshTransport,
-    binding: &Binding,
-    pid: u32,
-) -> (Session, PaneHandle) {
-    let session = Session::connect(transport, "arm64").await.unwrap();
-    let leases = session.list_leases().await.unwrap();
-    let lease = leases
-        .iter()
-        .find(|l| l.binding.pane == binding.pane)
-        .expect("the pane's lease survived");
-    assert_eq!(lease.binding, *binding, "the same PTY, not a new one");
-    assert_eq!(lease.pid, Some(pid), "the same shell process");
-    host.exec_ok(&format!("kill -0 {pid}")).await.unwrap();
-    let handle = session
-        .attach(binding.pane.clone(), Some(binding.pty), None)
-        .await
-        .unwrap();
-    (session, handle)
 }
 
 /// The whole path on one emulated host: the probe picks the aarch64 agent (not this machine's
@@ -169,7 +122,7 @@ async fn an_aarch64_host_gets_the_aarch64_agent_and_keeps_its_shell() {
         ssh_connections(&host).await == 0
     })
     .await;
-    let (session, mut handle) = reattach(&host, &transport, &binding, pid).await;
+    let (session, mut handle) = reattach(&host, &transport, "arm64", &binding, pid).await;
     run_line(
         &host,
         &session,
@@ -218,7 +171,7 @@ async fn an_aarch64_host_gets_the_aarch64_agent_and_keeps_its_shell() {
         "the upgrade ran in the daemon's own process"
     );
 
-    let (session, mut handle) = reattach(&host, &transport, &binding, pid).await;
+    let (session, mut handle) = reattach(&host, &transport, "arm64", &binding, pid).await;
     run_line(
         &host,
         &session,

@@ -14,10 +14,12 @@ use relay_connector::ssh::{
     AgentSource, DeployEvent, DeployReport, HostKeyPolicy, SshOptions, SshTransport,
 };
 use relay_connector::transport::{OpenFuture, OpenOptions, Transport};
+use relay_connector::PaneHandle;
 use relay_connector::{Error, Session};
+use relay_protocol::Binding;
 use relay_protocol::{LeaseState, PaneKey, SpawnSpec};
 use relay_tests::fixture::SshHost;
-use relay_tests::{bins, read_until_text, Collected};
+use relay_tests::{bins, read_until, read_until_text, Collected};
 
 mod arm64_host;
 mod broken_hosts;
@@ -27,6 +29,7 @@ mod faults;
 mod fixture_faults;
 mod host_keys;
 mod lossless;
+mod no_glibc_host;
 mod older_hosts;
 mod peer;
 mod serve;
@@ -184,4 +187,51 @@ async fn ssh_peers(host: &SshHost) -> Vec<String> {
             Some(std::net::Ipv4Addr::from(hex.swap_bytes()).to_string())
         })
         .collect()
+}
+
+/// Types `line` into the pane and reads its output until `expect` appears (start-up limits
+/// scaled for the host, [`SshHost::start_limit`]).
+async fn run_line(
+    host: &SshHost,
+    session: &Session,
+    binding: &Binding,
+    handle: &mut PaneHandle,
+    line: &str,
+    expect: &str,
+) {
+    session
+        .input(binding, format!("{line}\r").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Collected::default();
+    read_until(handle, &mut out, host.start_limit(20), |c| {
+        c.text().contains(expect)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("waiting for {expect:?} after {line:?}: {e}"));
+}
+
+/// Connects a fresh session of `workspace` (a new SSH connection) and re-attaches to the pane of
+/// `binding`, which must still be that PTY, run by process `pid`.
+async fn reattach(
+    host: &SshHost,
+    transport: &SshTransport,
+    workspace: &str,
+    binding: &Binding,
+    pid: u32,
+) -> (Session, PaneHandle) {
+    let session = Session::connect(transport, workspace).await.unwrap();
+    let leases = session.list_leases().await.unwrap();
+    let lease = leases
+        .iter()
+        .find(|l| l.binding.pane == binding.pane)
+        .expect("the pane's lease survived");
+    assert_eq!(lease.binding, *binding, "the same PTY, not a new one");
+    assert_eq!(lease.pid, Some(pid), "the same shell process");
+    host.exec_ok(&format!("kill -0 {pid}")).await.unwrap();
+    let handle = session
+        .attach(binding.pane.clone(), Some(binding.pty), None)
+        .await
+        .unwrap();
+    (session, handle)
 }

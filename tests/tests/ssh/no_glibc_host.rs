@@ -1,0 +1,181 @@
+//! A host without glibc (`deploy/fixtures/build-noglibc-image.sh`): busybox for every user
+//! program, and sshd running on a private copy of glibc that nothing else can load. This is what
+//! relay meets on Alpine, busybox and distroless hosts: the glibc agents cannot start there, so
+//! the probe must see that and deploy the static (musl) agent `deploy/build-agents.sh` builds.
+
+use relay_tests::fixture::{portable_agents, HostSpec};
+use relay_tests::TestHome;
+
+use super::*;
+
+const GNU_TARGET: &str = "x86_64-unknown-linux-gnu";
+const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+
+/// Whether `readelf -l` lists a program interpreter for `path` (a dynamically linked binary).
+fn has_interpreter(path: &Path) -> bool {
+    let out = std::process::Command::new("readelf")
+        .arg("-l")
+        .arg(path)
+        .output()
+        .expect("readelf (binutils) runs");
+    assert!(out.status.success(), "readelf -l {}", path.display());
+    String::from_utf8_lossy(&out.stdout).contains("program interpreter")
+}
+
+/// The whole path on a host without glibc: a directory holding only the glibc agent is refused
+/// before any upload, naming the cause and the static agent to build; with the static agent
+/// next to it, the probe deploys that one, a login shell (busybox sh) answers in a pane and
+/// lives through a detach and a new connection, and a piped `relay shell HOST -- CMD` there
+/// delivers its output and exit status.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_without_glibc_gets_the_static_agent_and_keeps_its_shell() {
+    let agents = tokio::task::spawn_blocking(portable_agents)
+        .await
+        .unwrap()
+        .unwrap();
+    let gnu = agents.join(format!("relay-agent-{GNU_TARGET}"));
+    let musl = agents.join(format!("relay-agent-{STATIC_TARGET}"));
+    assert!(
+        musl.is_file(),
+        "deploy/build-agents.sh built no static agent ({} is missing): rustup target add \
+         {STATIC_TARGET}",
+        musl.display()
+    );
+    assert!(!has_interpreter(&musl), "the static agent needs no loader");
+    assert!(has_interpreter(&gnu), "the gnu agent is dynamically linked");
+
+    let host = SshHost::start_with(HostSpec {
+        no_glibc: true,
+        ..HostSpec::default()
+    })
+    .await
+    .unwrap();
+    // The fixture is what it claims: no C library where programs look for one.
+    let look = host
+        .exec_ok("ls -d /lib /lib64 /usr/lib 2>&1; command -v ldd getconf; echo done")
+        .await
+        .unwrap();
+    assert_eq!(
+        look.out().lines().last(),
+        Some("done"),
+        "no glibc tools: {look:?}"
+    );
+    assert!(
+        look.out().matches("No such file or directory").count() == 3,
+        "no library directories: {look:?}"
+    );
+    host.write_known_hosts().unwrap();
+
+    // Only the glibc agent on offer: refused with the cause and the fix, nothing uploaded.
+    let only_gnu = tempfile::tempdir().unwrap();
+    std::fs::copy(&gnu, only_gnu.path().join(gnu.file_name().unwrap())).unwrap();
+    let mut opts = options(&host);
+    opts.agent = AgentSource::Dir(only_gnu.path().to_path_buf());
+    let err = Session::connect(&SshTransport::new(opts), "no-glibc")
+        .await
+        .expect_err("a glibc agent cannot run there");
+    let text = err.to_string();
+    assert!(matches!(err, Error::AgentCannotRun(_)), "{err:?}");
+    assert!(!err.is_transient(), "a retry cannot fix it: {text}");
+    assert!(text.contains("has no glibc"), "{text}");
+    assert!(
+        text.contains(&format!("relay-agent-{STATIC_TARGET}")),
+        "{text}"
+    );
+    assert_eq!(remote_bin(&host).await, vec![], "nothing was uploaded");
+
+    // Both agents on offer, the gnu one first by name: the probe picks the static one.
+    let mut opts = options(&host);
+    opts.agent = AgentSource::Dir(agents.clone());
+    let transport = SshTransport::new(opts);
+    let session = Session::connect(&transport, "no-glibc").await.unwrap();
+    let uploaded = remote_bin(&host).await;
+    assert_eq!(uploaded.len(), 1, "{uploaded:?}");
+    assert_eq!(
+        uploaded[0].1,
+        local_sha256(&musl),
+        "the static agent was deployed"
+    );
+
+    // A login shell (busybox sh, found from /etc/passwd without NSS) in a pane.
+    let pane = PaneKey::new("no-glibc", "tab", "0");
+    let created = session
+        .create(pane.clone(), SpawnSpec::default())
+        .await
+        .unwrap();
+    let binding = created.binding.clone();
+    let pid = session
+        .list_leases()
+        .await
+        .unwrap()
+        .iter()
+        .find(|l| l.binding == binding)
+        .and_then(|l| l.pid)
+        .expect("the new lease has a pid");
+    let mut handle = session
+        .attach(pane.clone(), Some(binding.pty), Some(0))
+        .await
+        .unwrap();
+    // The typed line is echoed too; only the shell's answer has the expanded values.
+    run_line(
+        &host,
+        &session,
+        &binding,
+        &mut handle,
+        "MARK=kept-$((6*7)); echo shell=$(readlink /proc/$$/exe) pid=$$",
+        &format!("shell=/bin/busybox pid={pid}"),
+    )
+    .await;
+
+    // Detach, close the connection, come back on a new one: the same shell.
+    session.detach(&binding).await.unwrap();
+    drop((handle, session));
+    eventually_async("the SSH connection to close", || async {
+        ssh_connections(&host).await == 0
+    })
+    .await;
+    let (session, mut handle) = reattach(&host, &transport, "no-glibc", &binding, pid).await;
+    run_line(
+        &host,
+        &session,
+        &binding,
+        &mut handle,
+        "echo mark=$MARK pid=$$ back",
+        &format!("mark=kept-42 pid={pid} back"),
+    )
+    .await;
+    drop((handle, session));
+
+    // `relay shell HOST -- CMD` with piped stdio, finding the static agent by the default
+    // search's RELAY_AGENT_DIR: output byte for byte, the command's exit status.
+    let home = TestHome::new();
+    let out = home
+        .command(&bins().relay)
+        .arg("shell")
+        .arg(host.destination())
+        .arg("-F")
+        .arg(host.base_config().unwrap())
+        .arg("-i")
+        .arg(host.key_path())
+        .args(["--", "seq 1 20000; exit 5"])
+        .env("SSH_AUTH_SOCK", "")
+        .env("RELAY_AGENT_BIN", "")
+        .env("RELAY_AGENT_DIR", &agents)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let expected: String = (1..=20000).map(|n| format!("{n}\r\n")).collect();
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout == expected.as_bytes(),
+        "{} bytes, expected {}",
+        out.stdout.len(),
+        expected.len()
+    );
+    assert_eq!(remote_bin(&host).await, uploaded, "nothing else deployed");
+}
