@@ -4,7 +4,9 @@
 #
 #   - Windows x86_64 (x86_64-pc-windows-gnu): built with cargo-zigbuild; the library's unit tests
 #     run under Debian's wine64 (wine 8), then tests/tests/ssh/windows.rs runs relay.exe under
-#     wine against the fixture SSH host (the Node app's sidecar contract, a piped command);
+#     wine against the fixture SSH hosts (the Node app's sidecar contract, a piped command, on the
+#     Debian, arm64 and glibc-less hosts), and against the glibc-less host from the Windows archive
+#     of deploy/bundle.sh, which it makes for Windows and both macOS targets;
 #   - macOS arm64 and x86_64 (aarch64-/x86_64-apple-darwin): built only; no Mach-O binary can run
 #     here, so nothing macOS-specific is tested.
 #
@@ -80,8 +82,15 @@ while read -r exe; do
     "$wine" "$exe" || status=1
 done <<<"$tests"
 
+log "bundling relay, relayctl and the agents for Windows and macOS (deploy/bundle.sh, debug builds)"
+bundles=$target_dir/bundles
+bundle_args=(--debug --out "$bundles" --client "$windows")
+for t in "${macs[@]}"; do bundle_args+=(--client "$t"); done
+bash deploy/bundle.sh "${bundle_args[@]}" >/dev/null
+windows_bundle=$(ls "$bundles"/relay-*-"$windows".tar.gz)
+
 cp -f "$shim" "$bin_dir/"
-log "running relay.exe under wine against the fixture SSH host (tests/tests/ssh/windows.rs)"
-RELAY_WINDOWS_RELAY=$bin_dir/relay.exe RELAY_WINE=$wine \
+log "running relay.exe under wine against the fixture SSH hosts (tests/tests/ssh/windows.rs)"
+RELAY_WINDOWS_RELAY=$bin_dir/relay.exe RELAY_WINE=$wine RELAY_WINDOWS_BUNDLE=$windows_bundle \
     cargo test --locked -p relay-tests --test ssh windows:: -- --ignored --test-threads=1 || status=1
 exit $status

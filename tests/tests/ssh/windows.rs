@@ -13,7 +13,7 @@
 use std::io::{Read, Write};
 use std::process::Stdio;
 
-use relay_tests::images::portable_agents;
+use relay_tests::images::{portable_agents, Arch, HostSpec};
 use relay_tests::pty_run::PtyRun;
 use relay_tests::TestHome;
 
@@ -40,8 +40,23 @@ fn windows_relay() -> (PathBuf, PathBuf) {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
 async fn the_windows_sidecar_passes_the_node_apps_contract() {
+    node_apps_contract(HostSpec::default()).await;
+}
+
+/// The same contract against a host without glibc, where the static agent runs.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_sidecar_passes_the_node_apps_contract_on_a_host_without_glibc() {
+    node_apps_contract(HostSpec {
+        no_glibc: true,
+        ..HostSpec::default()
+    })
+    .await;
+}
+
+async fn node_apps_contract(spec: HostSpec) {
     let (exe, wine) = windows_relay();
-    let host = SshHost::start().await.unwrap();
+    let host = SshHost::start_with(spec).await.unwrap();
     let agents = portable_agents().unwrap();
     let stderr = super::serve::run_node_app(
         &host,
@@ -62,8 +77,36 @@ async fn the_windows_sidecar_passes_the_node_apps_contract() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
 async fn the_windows_relay_runs_a_piped_command_byte_for_byte() {
+    piped_command_byte_for_byte(HostSpec::default()).await;
+}
+
+/// The same on a host without glibc (busybox; `tests/tests/ssh/no_glibc_host.rs`): relay.exe's
+/// probe picks the static agent there too.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_relay_runs_a_piped_command_on_a_host_without_glibc() {
+    piped_command_byte_for_byte(HostSpec {
+        no_glibc: true,
+        ..HostSpec::default()
+    })
+    .await;
+}
+
+/// The same on an aarch64 host run under qemu (`tests/tests/ssh/arm64_host.rs`): relay.exe's
+/// probe picks the aarch64 agent.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_relay_runs_a_piped_command_on_an_arm64_host() {
+    piped_command_byte_for_byte(HostSpec {
+        arch: Arch::Arm64,
+        ..HostSpec::default()
+    })
+    .await;
+}
+
+async fn piped_command_byte_for_byte(spec: HostSpec) {
     let (exe, wine) = windows_relay();
-    let host = SshHost::start().await.unwrap();
+    let host = SshHost::start_with(spec).await.unwrap();
     let home = TestHome::new();
     host.write_known_hosts().unwrap();
     let config = options(&host).resolve.config_file.unwrap();
@@ -197,5 +240,84 @@ async fn the_windows_relay_asks_about_an_unknown_host_key_on_the_console() {
         recorded.contains(host.known_hosts_line().split_whitespace().nth(2).unwrap()),
         "the key was recorded in {}: {recorded:?}",
         known_hosts.display()
+    );
+}
+
+/// The Windows archive of `deploy/bundle.sh` (named by `RELAY_WINDOWS_BUNDLE`), unpacked as an app
+/// would ship it: its SHA256SUMS check, and its `relay.exe`, with no agent setting at all, finds
+/// the bundle's own agents beside its `bin/` and deploys the static one to a host without glibc,
+/// where a command runs and gives its output and status.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_bundle_deploys_its_own_agents() {
+    let (built_exe, wine) = windows_relay();
+    let archive = std::env::var_os("RELAY_WINDOWS_BUNDLE")
+        .map(PathBuf::from)
+        .expect("RELAY_WINDOWS_BUNDLE is not set: run this through deploy/check-desktops.sh");
+    let unpacked = tempfile::tempdir().unwrap();
+    let tar = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(unpacked.path())
+        .status()
+        .unwrap();
+    assert!(tar.success(), "tar -xzf {}", archive.display());
+    let root = std::fs::read_dir(unpacked.path())
+        .unwrap()
+        .next()
+        .expect("the archive holds one directory")
+        .unwrap()
+        .path();
+    let sums = std::process::Command::new("sha256sum")
+        .args(["--check", "--quiet", "SHA256SUMS"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(sums.status.success(), "{sums:?}");
+    let exe = root.join("bin/relay.exe");
+    let static_agent = root.join("agents/relay-agent-x86_64-unknown-linux-musl");
+    assert!(static_agent.is_file(), "the bundle holds the static agent");
+    // Test glue, never shipped: wine 8's missing ProcessPrng (deploy/fixtures/wine).
+    let shim = built_exe.with_file_name("bcryptprimitives.dll");
+    std::fs::copy(&shim, root.join("bin/bcryptprimitives.dll")).unwrap();
+
+    let host = SshHost::start_with(HostSpec {
+        no_glibc: true,
+        ..HostSpec::default()
+    })
+    .await
+    .unwrap();
+    host.write_known_hosts().unwrap();
+    let config = options(&host).resolve.config_file.unwrap();
+    let home = TestHome::new();
+    let out = home
+        .command(&wine)
+        .arg(&exe)
+        .arg("shell")
+        .arg(host.destination())
+        .arg("-F")
+        .arg(&config)
+        .arg("-i")
+        .arg(host.key_path())
+        .args(["--", "echo bundle-$((40+2)); exit 3"])
+        .env_remove("SSH_AUTH_SOCK")
+        .env_remove("RELAY_AGENT_DIR")
+        .env_remove("RELAY_AGENT_BIN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "stderr: {stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("bundle-42"),
+        "{out:?}"
+    );
+    let uploaded = remote_bin(&host).await;
+    assert_eq!(uploaded.len(), 1, "{uploaded:?}");
+    assert_eq!(
+        uploaded[0].1,
+        local_sha256(&static_agent),
+        "the bundle's static agent"
     );
 }

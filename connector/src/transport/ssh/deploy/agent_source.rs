@@ -266,6 +266,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_linux_host_is_offered_its_own_agents_then_the_static_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = AgentSource::Dir(dir.path().to_path_buf());
+        let gnu = dir.path().join("relay-agent-aarch64-unknown-linux-gnu");
+        let musl = dir.path().join("relay-agent-aarch64-unknown-linux-musl");
+        let err = source
+            .host_candidates("aarch64-unknown-linux-gnu")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("relay-agent-aarch64-unknown-linux-gnu"),
+            "{err}"
+        );
+        std::fs::write(&musl, b"static").unwrap();
+        assert_eq!(
+            source.host_candidates("aarch64-unknown-linux-gnu").unwrap(),
+            vec![musl.clone()],
+            "the static agent alone serves the host"
+        );
+        std::fs::write(&gnu, b"gnu").unwrap();
+        assert_eq!(
+            source.host_candidates("aarch64-unknown-linux-gnu").unwrap(),
+            vec![gnu, musl]
+        );
+        assert_eq!(static_target("aarch64-apple-darwin"), None);
+        assert!(source.host_candidates("aarch64-apple-darwin").is_err());
+    }
+
+    #[test]
     fn the_portable_agents_directory_wins_over_the_native_build() {
         let root = tempfile::tempdir().unwrap();
         let bin = root.path().join("debug");

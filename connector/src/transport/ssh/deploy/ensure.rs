@@ -138,8 +138,8 @@ fn parse_probe(answer: &str) -> Result<Probe, Error> {
     );
     let Some(target) = target_for(os, machine) else {
         return Err(Error::no_agent_binary(format!(
-            "the host runs {platform:?}; relay has no agent build for that platform \
-             (supported: Linux x86_64/aarch64, macOS x86_64/arm64)"
+            "no agent for the host's platform {platform:?} (`uname -sm`); relay has agents \
+             for Linux x86_64 and aarch64 only (deploy/build-agents.sh)"
         )));
     };
     let tool = lines.next().unwrap_or_default().trim();
@@ -384,6 +384,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("Plan9"), "{err}");
+        assert!(err.contains("Linux x86_64 and aarch64"), "{err}");
     }
 
     #[test]
