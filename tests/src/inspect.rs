@@ -95,8 +95,20 @@ fn is_qemu(name: &str) -> bool {
     name.starts_with("qemu-") || name.contains("-binfmt")
 }
 
-const PS_LOCKS: &str =
-    "ps -e -o pid=,ppid=,stat=,user:32=,comm=,args=; echo '--locks--'; cat /proc/locks";
+/// `args` without the `{comm} ` that busybox's `ps` puts in front when the process name is not
+/// the first argument's base name.
+fn without_busybox_comm(args: &str) -> &str {
+    match args.strip_prefix('{').and_then(|a| a.split_once("} ")) {
+        Some((_, rest)) => rest,
+        None => args,
+    }
+}
+
+/// procps' `ps`, else busybox's (on the host without glibc), which knows neither `-e` (it lists
+/// every process anyway) nor `=` or `:32`, so its header line is dropped; it may put `{comm}`
+/// before the arguments.
+const PS_LOCKS: &str = "ps -e -o pid=,ppid=,stat=,user:32=,comm=,args= 2>/dev/null || \
+     ps -o pid,ppid,stat,user,comm,args | tail -n +2; echo '--locks--'; cat /proc/locks";
 
 fn parse_snapshot(text: &str) -> Result<Snapshot> {
     let (ps, locks) = text
@@ -116,7 +128,7 @@ fn parse_snapshot(text: &str) -> Result<Snapshot> {
             zombie: stat.starts_with('Z'),
             user: user.to_string(),
             comm: comm.to_string(),
-            args: f.collect::<Vec<_>>().join(" "),
+            args: without_busybox_comm(&f.collect::<Vec<_>>().join(" ")).to_string(),
         });
     }
     // `1: FLOCK  ADVISORY  WRITE 123 00:2b:456 0 EOF`; blocked waiters have `->` after `1:`.
@@ -228,6 +240,24 @@ mod tests {
         assert_eq!(snap.shells().unwrap(), vec![41, 44]);
         assert!(!is_daemon_args("sleep daemon"));
         assert!(is_daemon_args("relay-agent daemon --foreground"));
+    }
+
+    /// busybox's `ps` (the host without glibc): `{comm}` before the arguments of a daemon
+    /// started through `/proc/self/exe`, short user names, no header (dropped by the command).
+    #[test]
+    fn busybox_ps_lines_give_the_same_daemon_and_shells() {
+        let text = "    1     0 S    root     ld.so            /opt/sshd/lib/ld.so
+   28     1 S    relay    exe              {exe} /home/relay/.relay/bin/relay-agent-0.1.0-abc daemon
+   30    28 S    relay    sh               -sh
+   33    19 R    relay    exe              {exe} tail -n +2
+--locks--
+8: FLOCK  ADVISORY  WRITE 28 00:8f:1123312 0 EOF
+";
+        let snap = parse_snapshot(text).unwrap();
+        assert_eq!(snap.daemon().unwrap().map(|d| d.pid), Some(28));
+        assert_eq!(snap.shells().unwrap(), vec![30]);
+        assert_eq!(snap.procs[3].args, "tail -n +2");
+        assert_eq!(without_busybox_comm("{a b"), "{a b");
     }
 
     #[test]

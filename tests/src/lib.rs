@@ -373,13 +373,27 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 /// # Panics
 /// When `cksum` cannot run.
 pub fn cksum(data: &[u8]) -> String {
+    digest_line("cksum", data)
+}
+
+/// The SHA-256 of `data` as `sha256sum` prints it for stdin (`HEX  -`), from the machine's
+/// `sha256sum`: what a host prints about bytes it received where it has no `cksum` (busybox).
+///
+/// # Panics
+/// When `sha256sum` cannot run.
+pub fn sha256sum(data: &[u8]) -> String {
+    digest_line("sha256sum", data)
+}
+
+/// What the digest `tool` prints for `data` on its stdin, trimmed.
+fn digest_line(tool: &str, data: &[u8]) -> String {
     use std::io::Write;
     use std::process::Stdio;
-    let mut child = std::process::Command::new("cksum")
+    let mut child = std::process::Command::new(tool)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("cksum");
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
     let mut stdin = child.stdin.take().unwrap();
     let data = data.to_vec();
     let writer = std::thread::spawn(move || stdin.write_all(&data));

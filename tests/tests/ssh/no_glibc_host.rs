@@ -126,6 +126,9 @@ async fn a_host_without_glibc_gets_the_static_agent_and_keeps_its_shell() {
         &format!("shell=/bin/busybox pid={pid}"),
     )
     .await;
+    // The suites' host inspection works with busybox's ps too.
+    assert!(host.agent_daemon_pid().await.unwrap().is_some());
+    assert_eq!(host.shell_pids().await.unwrap(), vec![pid]);
 
     // Detach, close the connection, come back on a new one: the same shell.
     session.detach(&binding).await.unwrap();

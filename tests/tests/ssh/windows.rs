@@ -72,7 +72,8 @@ async fn node_apps_contract(spec: HostSpec) {
 }
 
 /// `relay.exe shell HOST -- CMD` as a script on Windows runs it: stdin, stdout and stderr are
-/// pipes. Every byte of stdin reaches the command (checked by cksum on the host), every byte of
+/// pipes. Every byte of stdin reaches the command (checked by sha256sum on the host, which
+/// busybox has too), every byte of
 /// its output reaches stdout in order, and relay exits with the command's status.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
@@ -114,7 +115,7 @@ async fn piped_command_byte_for_byte(spec: HostSpec) {
     const LINES: u32 = 20_000;
     // Raw and silent first, so that the PTY passes stdin through unchanged and echoes nothing.
     let script =
-        format!("stty raw -echo; echo armed; head -c {INPUT} | cksum; seq 1 {LINES}; exit 7");
+        format!("stty raw -echo; echo armed; head -c {INPUT} | sha256sum; seq 1 {LINES}; exit 7");
     let mut child = home
         .command(&wine)
         .arg(&exe)
@@ -144,7 +145,7 @@ async fn piped_command_byte_for_byte(spec: HostSpec) {
         .flat_map(|i| format!("{i:07}\n").into_bytes())
         .take(INPUT)
         .collect();
-    let expected_sum = relay_tests::cksum(&data);
+    let expected_sum = relay_tests::sha256sum(&data);
     let (out, status) = tokio::task::spawn_blocking(move || {
         // Input only once the PTY is raw: before that the line discipline would echo it.
         let mut out = Vec::new();
