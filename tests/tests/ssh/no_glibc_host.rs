@@ -22,8 +22,9 @@ fn has_interpreter(path: &Path) -> bool {
     String::from_utf8_lossy(&out.stdout).contains("program interpreter")
 }
 
-/// The whole path on a host without glibc: a directory holding only the glibc agent is refused
-/// before any upload, naming the cause and the static agent to build; with the static agent
+/// The whole path on a host without glibc: an empty agent directory names the static agent the
+/// host needs; a directory holding only the glibc agent is refused before any upload, naming the
+/// cause and the static agent to build; with the static agent
 /// next to it, the probe deploys that one, a login shell (busybox sh) answers in a pane and
 /// lives through a detach and a new connection, and a piped `relay shell HOST -- CMD` there
 /// delivers its output and exit status.
@@ -65,6 +66,22 @@ async fn a_host_without_glibc_gets_the_static_agent_and_keeps_its_shell() {
         "no library directories: {look:?}"
     );
     host.write_known_hosts().unwrap();
+
+    // No agent at all: the error names the static agent this host needs, not the gnu one.
+    let none = tempfile::tempdir().unwrap();
+    let mut opts = options(&host);
+    opts.agent = AgentSource::Dir(none.path().to_path_buf());
+    let err = Session::connect(&SshTransport::new(opts), "no-glibc")
+        .await
+        .expect_err("no agent to deploy");
+    let text = err.to_string();
+    assert!(matches!(err, Error::NoAgentBinary { .. }), "{err:?}");
+    assert!(
+        text.contains("has no glibc, so it needs the static agent")
+            && text.contains(&format!("relay-agent-{STATIC_TARGET}"))
+            && text.contains(&format!("rustup target add {STATIC_TARGET}")),
+        "{text}"
+    );
 
     // Only the glibc agent on offer: refused with the cause and the fix, nothing uploaded.
     let only_gnu = tempfile::tempdir().unwrap();

@@ -216,7 +216,7 @@ fn pick(candidates: Vec<PathBuf>, target: &str) -> Result<Vec<PathBuf>, Error> {
 }
 
 /// Whether `a` was modified before `b` (false when either time is unknown).
-fn is_older(a: &Path, b: &Path) -> bool {
+pub(crate) fn is_older(a: &Path, b: &Path) -> bool {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     matches!((modified(a), modified(b)), (Some(a), Some(b)) if a < b)
 }

@@ -2,13 +2,14 @@
 //! is absent, and the bridge command that verifies the installed file before running it (see
 //! the [module documentation](super) for the whole sequence).
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use russh::client::Handle;
 
-use super::agent_source::{target_for, AgentSource, LocalAgent};
+use super::agent_source::{is_older, static_target, target_for, AgentSource, LocalAgent};
 use super::events::{DeployEvent, DeployReport, ProgressCallback};
-use super::host_check::{self, HostFacts};
+use super::host_check::{self, HostFacts, HostLibc};
 use super::upload::{self, hash_of, Packing};
 use super::VERSION;
 use crate::transport::ssh::destination::sh_quote;
@@ -218,12 +219,16 @@ pub(crate) async fn ensure_agent(
 
     // 2. The local binary for that target: the first candidate the host can run. Where the
     // probe did not find glibc, a static agent goes first: a glibc-linked one could not start.
+    let paths = match source.host_candidates(target) {
+        Ok(paths) => paths,
+        Err(e) => return Err(no_local_agent(e, source, &probe.facts, target)),
+    };
     let mut loaded = Vec::new();
-    for path in source.host_candidates(target)? {
-        let agent = LocalAgent::load(&path).await;
+    for path in &paths {
+        let agent = LocalAgent::load(path).await;
         loaded.push((path, agent));
     }
-    if !matches!(probe.facts.libc, host_check::HostLibc::Glibc(_)) {
+    if !matches!(probe.facts.libc, HostLibc::Glibc(_)) {
         loaded.sort_by_key(|(_, agent)| !matches!(agent, Ok(a) if a.glibc.is_none()));
     }
     let mut refused: Option<Error> = None;
@@ -231,17 +236,11 @@ pub(crate) async fn ensure_agent(
     for (path, agent) in loaded {
         // An unreadable or broken candidate is skipped like one the host cannot run.
         let checked = agent.and_then(|agent| {
-            host_check::check(&probe.facts, agent.glibc, &path, target).map(|()| agent)
+            host_check::check(&probe.facts, agent.glibc, path, target).map(|()| agent)
         });
         match checked {
             Ok(agent) => {
-                if let Some(e) = &refused {
-                    tracing::warn!(
-                        "deploying {} instead: {}; run deploy/build-agents.sh if it is out of date",
-                        path.display(),
-                        e.report()
-                    );
-                }
+                warn_if_stale(path, &paths, refused.as_ref());
                 chosen = Some(agent);
                 break;
             }
@@ -290,6 +289,51 @@ pub(crate) async fn ensure_agent(
         report,
         started,
     })
+}
+
+/// Warns when the agent about to be deployed, `chosen` of `candidates`, is not the first choice
+/// (`refused` says why that one could not run) or is older than the native `relay-agent` build
+/// among them: the sources changed since `deploy/build-agents.sh` last ran.
+fn warn_if_stale(chosen: &Path, candidates: &[PathBuf], refused: Option<&Error>) {
+    let newer_native = candidates
+        .iter()
+        .find(|p| p.file_name().is_some_and(|n| n == "relay-agent") && is_older(chosen, p));
+    match (refused, newer_native) {
+        (Some(e), _) => tracing::warn!(
+            "deploying {} instead: {}; run deploy/build-agents.sh if it is out of date",
+            chosen.display(),
+            e.report()
+        ),
+        (None, Some(native)) => tracing::warn!(
+            "deploying {}, which is older than the native build {} (the sources changed since \
+             deploy/build-agents.sh ran?); run deploy/build-agents.sh if it is out of date",
+            chosen.display(),
+            native.display()
+        ),
+        (None, None) => {}
+    }
+}
+
+/// The error for a host for which no local agent exists: `search` (the search for `target`'s
+/// own agents), or, on a host without glibc, the search for the static agent it needs.
+fn no_local_agent(search: Error, source: &AgentSource, facts: &HostFacts, target: &str) -> Error {
+    let what = match facts.libc {
+        HostLibc::Musl => "uses musl libc",
+        HostLibc::Absent => "has no glibc",
+        _ => return search,
+    };
+    let Some(Err(static_search)) = static_target(target).map(|t| source.candidates(t)) else {
+        return search;
+    };
+    let st = static_target(target).unwrap_or_default();
+    Error::no_agent_binary(format!(
+        "the host {what}, so it needs the static agent: {}; deploy/build-agents.sh builds it \
+         once `rustup target add {st}` is done",
+        match static_search {
+            Error::NoAgentBinary { message, .. } => message,
+            other => other.to_string(),
+        }
+    ))
 }
 
 /// The command that runs the deployed agent's bridge: verify the hash, print `sentinel` on its
