@@ -11,6 +11,7 @@
 //! cargo bench -p relay-tests --bench relay_bench -- --scale            # 0 / 100 / 1,000 panes
 //! cargo bench -p relay-tests --bench relay_bench -- --link             # 50 / 200 ms links (Docker)
 //! cargo bench -p relay-tests --bench relay_bench -- --serve            # the app sidecar vs the library
+//! cargo bench -p relay-tests --bench relay_bench -- --agents           # static (musl) vs glibc agent
 //! cargo bench -p relay-tests --bench relay_bench -- --all              # every group
 //! cargo test -p relay-tests --bench relay_bench -- --smoke --all       # CI: one short round each
 //! ```
@@ -27,6 +28,7 @@ use relay_connector::{PaneEvent, PaneHandle, Session};
 use relay_protocol::{PaneKey, SpawnSpec};
 use relay_tests::TestHome;
 
+mod agents;
 mod link;
 mod resilience;
 mod scale;
@@ -57,7 +59,8 @@ async fn main() -> anyhow::Result<()> {
     let flag = |g: &str| args.iter().any(|a| a == g);
     stats::set_smoke(flag("--smoke"));
     let group = |g: &str| flag(g) || flag("--all");
-    const GROUPS: [&str; 8] = [
+    const GROUPS: [&str; 9] = [
+        "--agents",
         "--echo",
         "--ssh",
         "--serve",
@@ -94,6 +97,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if group("--serve") {
         serve::run(&mut rows).await?;
+    }
+    if group("--agents") {
+        agents::run(&mut rows).await?;
     }
     stats::print(&rows);
     Ok(())

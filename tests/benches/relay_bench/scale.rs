@@ -92,14 +92,14 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
 
 /// A process's thread count, resident memory and open descriptors.
 #[derive(Debug, Clone, Copy)]
-struct Usage {
+pub(super) struct Usage {
     threads: u64,
     rss_kib: u64,
     fds: usize,
 }
 
 impl Usage {
-    fn of(pid: i32) -> anyhow::Result<Usage> {
+    pub(super) fn of(pid: i32) -> anyhow::Result<Usage> {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
         let field = |name: &str| {
             status
@@ -115,7 +115,7 @@ impl Usage {
         })
     }
 
-    fn show(&self) -> String {
+    pub(super) fn show(&self) -> String {
         format!(
             "{} threads, {:.1} MiB, {} fds",
             self.threads,
