@@ -61,40 +61,14 @@ async fn an_aarch64_host_gets_the_aarch64_agent_and_keeps_its_shell() {
     // Deploy by probe: the directory holds agents for several targets and the host's
     // `uname -sm` decides.
     host.write_known_hosts().unwrap();
-    let mut opts = options(&host);
-    opts.agent = AgentSource::Dir(agents.clone());
-    let transport = SshTransport::new(opts);
-    let session = Session::connect(&transport, "arm64").await.unwrap();
-    let uploaded = remote_bin(&host).await;
-    assert_eq!(uploaded.len(), 1, "{uploaded:?}");
-    assert_eq!(
-        uploaded[0].1,
-        local_sha256(&aarch64),
-        "the aarch64 agent was deployed"
-    );
+    let (transport, session, uploaded) = connect_deploying(&host, &agents, "arm64", &aarch64).await;
     if x86_64.is_file() {
         assert_ne!(uploaded[0].1, local_sha256(&x86_64), "not the x86_64 one");
     }
 
     // A login shell in a pane.
     let pane = PaneKey::new("arm64", "tab", "0");
-    let created = session
-        .create(pane.clone(), SpawnSpec::default())
-        .await
-        .unwrap();
-    let binding = created.binding.clone();
-    let pid = session
-        .list_leases()
-        .await
-        .unwrap()
-        .iter()
-        .find(|l| l.binding == binding)
-        .and_then(|l| l.pid)
-        .expect("the new lease has a pid");
-    let mut handle = session
-        .attach(pane.clone(), Some(binding.pty), Some(0))
-        .await
-        .unwrap();
+    let (binding, pid, mut handle) = login_pane(&session, &pane).await;
     // The typed line is echoed too; only the shell's answer has the expanded values.
     run_line(
         &host,
@@ -116,23 +90,7 @@ async fn an_aarch64_host_gets_the_aarch64_agent_and_keeps_its_shell() {
     assert_eq!(host.shell_pids().await.unwrap(), vec![pid]);
 
     // Detach, close the connection, come back on a new one: the same shell.
-    session.detach(&binding).await.unwrap();
-    drop((handle, session));
-    eventually_async("the SSH connection to close", || async {
-        ssh_connections(&host).await == 0
-    })
-    .await;
-    let (session, mut handle) = reattach(&host, &transport, "arm64", &binding, pid).await;
-    run_line(
-        &host,
-        &session,
-        &binding,
-        &mut handle,
-        "echo mark=$MARK pid=$$ back",
-        &format!("mark=kept-42 pid={pid} back"),
-    )
-    .await;
-    drop((handle, session));
+    detach_and_come_back(&host, &transport, "arm64", (session, handle), &binding, pid).await;
 
     // Live upgrade to the installed aarch64 agent (named, so the same version is allowed),
     // with relayctl over SSH as an operator would run it.

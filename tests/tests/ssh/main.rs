@@ -235,3 +235,78 @@ async fn reattach(
         .unwrap();
     (session, handle)
 }
+
+/// Creates a login shell in `pane` and attaches to it from offset 0: its binding, its pid (from
+/// the lease) and the handle.
+async fn login_pane(session: &Session, pane: &PaneKey) -> (Binding, u32, PaneHandle) {
+    let created = session
+        .create(pane.clone(), SpawnSpec::default())
+        .await
+        .unwrap();
+    let binding = created.binding.clone();
+    let pid = session
+        .list_leases()
+        .await
+        .unwrap()
+        .iter()
+        .find(|l| l.binding == binding)
+        .and_then(|l| l.pid)
+        .expect("the new lease has a pid");
+    let handle = session
+        .attach(pane.clone(), Some(binding.pty), Some(0))
+        .await
+        .unwrap();
+    (binding, pid, handle)
+}
+
+/// Detaches `binding`, closes `session`'s SSH connection, comes back on a new one
+/// ([`reattach`]) and checks that the shell `pid` still has the `MARK=kept-42` set before.
+async fn detach_and_come_back(
+    host: &SshHost,
+    transport: &SshTransport,
+    workspace: &str,
+    (session, handle): (Session, PaneHandle),
+    binding: &Binding,
+    pid: u32,
+) {
+    session.detach(binding).await.unwrap();
+    drop((handle, session));
+    eventually_async("the SSH connection to close", || async {
+        ssh_connections(host).await == 0
+    })
+    .await;
+    let (session, mut handle) = reattach(host, transport, workspace, binding, pid).await;
+    run_line(
+        host,
+        &session,
+        binding,
+        &mut handle,
+        "echo mark=$MARK pid=$$ back",
+        &format!("mark=kept-42 pid={pid} back"),
+    )
+    .await;
+}
+
+/// Connects a session of `workspace` to `host` with the agents of directory `agents` on offer
+/// and checks that the one file uploaded is `expected` (the probe's choice): the transport, the
+/// session and the host's `~/.relay/bin` listing.
+async fn connect_deploying(
+    host: &SshHost,
+    agents: &Path,
+    workspace: &str,
+    expected: &Path,
+) -> (SshTransport, Session, Vec<(String, String)>) {
+    let mut opts = options(host);
+    opts.agent = AgentSource::Dir(agents.to_path_buf());
+    let transport = SshTransport::new(opts);
+    let session = Session::connect(&transport, workspace).await.unwrap();
+    let uploaded = remote_bin(host).await;
+    assert_eq!(uploaded.len(), 1, "{uploaded:?}");
+    assert_eq!(
+        uploaded[0].1,
+        local_sha256(expected),
+        "{} was deployed",
+        expected.display()
+    );
+    (transport, session, uploaded)
+}

@@ -102,37 +102,11 @@ async fn a_host_without_glibc_gets_the_static_agent_and_keeps_its_shell() {
     assert_eq!(remote_bin(&host).await, vec![], "nothing was uploaded");
 
     // Both agents on offer, the gnu one first by name: the probe picks the static one.
-    let mut opts = options(&host);
-    opts.agent = AgentSource::Dir(agents.clone());
-    let transport = SshTransport::new(opts);
-    let session = Session::connect(&transport, "no-glibc").await.unwrap();
-    let uploaded = remote_bin(&host).await;
-    assert_eq!(uploaded.len(), 1, "{uploaded:?}");
-    assert_eq!(
-        uploaded[0].1,
-        local_sha256(&musl),
-        "the static agent was deployed"
-    );
+    let (transport, session, uploaded) = connect_deploying(&host, &agents, "no-glibc", &musl).await;
 
     // A login shell (busybox sh, found from /etc/passwd without NSS) in a pane.
     let pane = PaneKey::new("no-glibc", "tab", "0");
-    let created = session
-        .create(pane.clone(), SpawnSpec::default())
-        .await
-        .unwrap();
-    let binding = created.binding.clone();
-    let pid = session
-        .list_leases()
-        .await
-        .unwrap()
-        .iter()
-        .find(|l| l.binding == binding)
-        .and_then(|l| l.pid)
-        .expect("the new lease has a pid");
-    let mut handle = session
-        .attach(pane.clone(), Some(binding.pty), Some(0))
-        .await
-        .unwrap();
+    let (binding, pid, mut handle) = login_pane(&session, &pane).await;
     // The typed line is echoed too; only the shell's answer has the expanded values.
     run_line(
         &host,
@@ -148,23 +122,15 @@ async fn a_host_without_glibc_gets_the_static_agent_and_keeps_its_shell() {
     assert_eq!(host.shell_pids().await.unwrap(), vec![pid]);
 
     // Detach, close the connection, come back on a new one: the same shell.
-    session.detach(&binding).await.unwrap();
-    drop((handle, session));
-    eventually_async("the SSH connection to close", || async {
-        ssh_connections(&host).await == 0
-    })
-    .await;
-    let (session, mut handle) = reattach(&host, &transport, "no-glibc", &binding, pid).await;
-    run_line(
+    detach_and_come_back(
         &host,
-        &session,
+        &transport,
+        "no-glibc",
+        (session, handle),
         &binding,
-        &mut handle,
-        "echo mark=$MARK pid=$$ back",
-        &format!("mark=kept-42 pid={pid} back"),
+        pid,
     )
     .await;
-    drop((handle, session));
 
     // `relay shell HOST -- CMD` with piped stdio, finding the static agent by the default
     // search's RELAY_AGENT_DIR: output byte for byte, the command's exit status.
