@@ -62,6 +62,7 @@ pub mod paths;
 pub mod pty;
 pub mod runtime;
 pub mod state;
+pub mod sys;
 pub mod upgrade;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).

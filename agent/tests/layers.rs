@@ -25,6 +25,7 @@ const ORDER: &[&str] = &[
     "limits",
     "paths",
     "runtime",
+    "sys",
 ];
 
 /// The attribute that includes a file from elsewhere, spelled in halves so that searching the

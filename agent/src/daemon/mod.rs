@@ -40,9 +40,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{signal, SigHandler, Signal};
-use nix::unistd::{fork, pipe2, setsid, ForkResult};
+use nix::unistd::{fork, setsid, ForkResult};
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal as tokio_signal, Signal as TokioSignal, SignalKind};
 
@@ -58,14 +58,15 @@ use crate::upgrade::{self, probe, DaemonFds};
 /// # Errors
 /// Start-up failures: directories, lock file, logging, socket, journal.
 pub fn main(paths: &Paths, foreground: bool) -> anyhow::Result<ExitCode> {
-    close_inherited_fds();
+    crate::sys::process::close_inherited_fds();
     paths.prepare_run_dir()?;
     paths.prepare_data_dirs()?;
     if foreground {
         run(paths, None, true)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let (ready_rd, ready_wr) = pipe2(OFlag::O_CLOEXEC).context("creating the readiness pipe")?;
+    let (ready_rd, ready_wr) =
+        crate::sys::process::pipe_cloexec().context("creating the readiness pipe")?;
     // Safety: no other thread exists yet (nothing before this point starts one).
     match unsafe { fork() }.context("fork")? {
         ForkResult::Parent { child } => {
@@ -99,27 +100,6 @@ pub fn main(paths: &Paths, foreground: bool) -> anyhow::Result<ExitCode> {
             run(paths, ready, false)?;
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-/// Closes every descriptor above the standard streams that whoever started the daemon left
-/// open (a pipe, a FIFO, a socket of an SSH session): the daemon lives for days, and a writer
-/// end it kept would keep the reader on the other side from ever seeing end-of-file. Called
-/// first, while nothing of the daemon's own is open and no other thread exists. Shells started
-/// later get only their PTY as stdio ([`crate::pty::spawn`] marks everything above 2 close-on-exec
-/// in the child).
-fn close_inherited_fds() {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    let fds: Vec<i32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&fd| fd > 2)
-        .collect();
-    // The directory's own descriptor is in the list and already closed: EBADF, harmless.
-    for fd in fds {
-        // Safety: nothing in this process owns these descriptors yet.
-        unsafe { nix::libc::close(fd) };
     }
 }
 

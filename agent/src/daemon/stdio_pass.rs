@@ -34,14 +34,11 @@
 use std::fs;
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::MetadataExt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use nix::sys::socket::{
-    getsockopt, recv, recvmsg, sendmsg, sockopt, ControlMessage, ControlMessageOwned, MsgFlags,
-};
+use nix::sys::socket::{recv, recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
 use nix::sys::stat::{fstat, SFlag};
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::UnixStream;
@@ -85,7 +82,10 @@ pub enum Offer {
 /// The socket failed, or the daemon answered something else (the socket is then unusable).
 pub fn offer(stream: &std::os::unix::net::UnixStream) -> io::Result<Offer> {
     let (stdin, stdout) = (io::stdin(), io::stdout());
-    if !pollable(stdin.as_fd()) || !pollable(stdout.as_fd()) || !same_executable(stream) {
+    if !pollable(stdin.as_fd())
+        || !pollable(stdout.as_fd())
+        || !crate::sys::process::peer_runs_our_executable(stream)
+    {
         return Ok(Offer::Copy);
     }
     let fds = [stdin.as_raw_fd(), stdout.as_raw_fd()];
@@ -156,16 +156,6 @@ fn pollable(fd: BorrowedFd<'_>) -> bool {
         }
         Err(_) => false,
     }
-}
-
-/// Whether the process listening on `stream` runs the file this process runs.
-fn same_executable(stream: &std::os::unix::net::UnixStream) -> bool {
-    let Ok(peer) = getsockopt(stream, sockopt::PeerCredentials) else {
-        return false;
-    };
-    let identity = |path: &str| fs::metadata(path).map(|m| (m.dev(), m.ino())).ok();
-    let ours = identity("/proc/self/exe");
-    ours.is_some() && ours == identity(&format!("/proc/{}/exe", peer.pid()))
 }
 
 // ----- the daemon's side -----
@@ -251,7 +241,12 @@ fn receive_fds(sock: RawFd) -> io::Result<Result<(OwnedFd, OwnedFd), String>> {
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
     let mut space = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let msg = recvmsg::<()>(
+        sock,
+        &mut iov,
+        Some(&mut space),
+        crate::sys::process::RECEIVE_CLOEXEC,
+    )?;
     let mut fds: Vec<OwnedFd> = Vec::new();
     for cmsg in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(raw) = cmsg {

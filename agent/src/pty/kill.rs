@@ -3,7 +3,7 @@
 //! PTY's session (e.g. a background job that ignores SIGHUP: `(trap '' HUP; exec sleep 1e5) &`).
 //! The session is ours: the shell leads it ([`crate::pty::spawn`] runs `setsid`), and its id, the
 //! shell's pid, is not reused while the session has members; members are also checked to have
-//! started no earlier than the shell (see [`crate::pty::procfs::kill_session`]).
+//! started no earlier than the shell (see [`crate::sys::procfs::kill_session`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,8 +13,8 @@ use nix::sys::signal::Signal;
 use tokio::sync::watch;
 
 use super::Pty;
-use crate::pty::procfs;
 use crate::runtime::LockExt;
+use crate::sys::procfs;
 
 /// How often a kill in progress looks whether the shell is reaped and its session empty.
 const POLL: Duration = Duration::from_millis(50);

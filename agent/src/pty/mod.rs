@@ -45,7 +45,6 @@ pub mod io;
 pub mod kill;
 pub mod nofile;
 pub mod orphan;
-pub mod procfs;
 pub mod reaper;
 pub mod shell;
 pub mod spawn;
@@ -202,7 +201,7 @@ impl Pty {
             size,
             ring: Ring::new(ring_bytes),
             screen,
-            start_ticks: crate::pty::procfs::stat(pid).map(|st| st.start_ticks),
+            start_ticks: crate::sys::procfs::stat(pid).map(|st| st.start_ticks),
             last_output_ms: 0,
             last_input_ms: 0,
             superseded: false,

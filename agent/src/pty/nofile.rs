@@ -16,7 +16,7 @@
 //! also when the new code cannot resume and gives the process back to the old binary. An old
 //! binary from before this module keeps the raised limit and gives it to its programs.
 
-use nix::libc;
+use crate::sys::nofile;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The environment variable that carries the original soft limit across a live upgrade's
@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// from scratch, [`crate::pty::shell`]).
 pub const ORIGINAL_ENV: &str = "RELAY_NOFILE_SOFT";
 
-/// Highest soft limit asked for when the hard limit is unlimited and `/proc/sys/fs/nr_open`
-/// (above which `setrlimit` fails) cannot be read: Linux's default `nr_open`, 1,048,576.
+/// Highest soft limit asked for when the hard limit is unlimited and the kernel's ceiling
+/// ([`nofile::ceiling`], above which `setrlimit` fails) cannot be read: Linux's default `nr_open`, 1,048,576.
 const UNLIMITED_CAP: u64 = 1 << 20;
 
 /// An original soft limit below this, carried in [`ORIGINAL_ENV`], is not believed: no program
@@ -53,24 +53,20 @@ pub struct Raised {
 /// # Errors
 /// `getrlimit` or `setrlimit` failed (the limit is then unchanged; the daemon runs with it).
 pub fn raise(resumed: bool) -> std::io::Result<Raised> {
-    let (soft, hard) = get()?;
+    let (soft, hard) = nofile::get()?;
     let original = std::env::var(ORIGINAL_ENV)
         .ok()
         .filter(|_| resumed)
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|&n| (LEAST_BELIEVED..=soft).contains(&n))
         .unwrap_or(soft);
-    let target = if hard == libc::RLIM_INFINITY {
-        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(UNLIMITED_CAP);
-        nr_open.max(soft)
+    let target = if hard == nofile::UNLIMITED {
+        nofile::ceiling().unwrap_or(UNLIMITED_CAP).max(soft)
     } else {
         hard
     };
     if target > soft {
-        set(target, hard)?;
+        nofile::set(target, hard)?;
     }
     if original < target.max(soft) {
         ORIGINAL.store(original, Ordering::Relaxed);
@@ -82,7 +78,8 @@ pub fn raise(resumed: bool) -> std::io::Result<Raised> {
 }
 
 /// The soft limit a program started by the daemon gets back, when the daemon raised its own.
-/// Async-signal-safe (one atomic load): called in the child between `clone` and `execve`.
+/// Read when a spawn is planned; the child sets it between `clone` and `execve`
+/// ([`crate::sys::spawn::Plan::nofile_soft`]).
 pub fn original_for_children() -> Option<u64> {
     match ORIGINAL.load(Ordering::Relaxed) {
         u64::MAX => None,
@@ -90,41 +87,8 @@ pub fn original_for_children() -> Option<u64> {
     }
 }
 
-/// Sets the calling process's soft `RLIMIT_NOFILE` to `soft`, keeping its hard limit. Only
-/// system calls: async-signal-safe. Returns whether it took effect.
-pub fn restore_in_child(soft: u64) -> bool {
-    match get() {
-        Ok((_, hard)) => set(soft, hard).is_ok(),
-        Err(_) => false,
-    }
-}
-
 /// The `(name, value)` a live upgrade adds to the new code's environment, when the daemon
 /// raised its limit.
 pub fn handover_env() -> Option<(&'static str, String)> {
     original_for_children().map(|n| (ORIGINAL_ENV, n.to_string()))
-}
-
-fn get() -> std::io::Result<(u64, u64)> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // Safety: the kernel writes one `rlimit` we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((limit.rlim_cur, limit.rlim_max))
-}
-
-fn set(soft: u64, hard: u64) -> std::io::Result<()> {
-    let limit = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: hard,
-    };
-    // Safety: the kernel reads one `rlimit` we own.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }

@@ -19,7 +19,7 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use relay_protocol::PtyId;
 
-use crate::pty::procfs::{self, stat, Stat};
+use crate::sys::procfs::{self, stat, Stat};
 
 /// How often the orphans are checked while waiting for them to end.
 const POLL: Duration = Duration::from_millis(50);

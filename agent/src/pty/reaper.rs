@@ -14,8 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use crate::runtime::LockExt;
-use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
-use nix::unistd::Pid;
+use crate::sys::process::has_exited;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::oneshot;
 
@@ -98,15 +97,6 @@ fn listening() -> std::io::Result<()> {
     started
         .clone()
         .map_err(|e| std::io::Error::other(format!("cannot listen for SIGCHLD: {e}")))
-}
-
-/// Whether our child `pid` exited (or is not our child: nothing more will come).
-fn has_exited(pid: u32) -> bool {
-    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-    !matches!(
-        waitid(Id::Pid(Pid::from_raw(pid as i32)), flags),
-        Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
-    )
 }
 
 /// Tells every waiter whose child exited.

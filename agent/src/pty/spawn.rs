@@ -4,7 +4,7 @@
 //! - The PTY pair is opened close-on-exec from the start (`posix_openpt(O_CLOEXEC)`, then the
 //!   slave by name with `O_CLOEXEC | O_NOCTTY`), so a spawn running at the same time on another
 //!   thread never inherits this pair.
-//! - The child is started with `clone(CLONE_VM | CLONE_VFORK)` (`spawn/child.rs`), like
+//! - The child is started with `clone(CLONE_VM | CLONE_VFORK)` ([`crate::sys::spawn`]), like
 //!   glibc's `posix_spawn`: no copy of the daemon's page tables (a `fork` of an agent holding
 //!   1,000 PTYs copies ~80 MiB of mappings and then takes copy-on-write faults); `fork` on
 //!   glibc before 2.24, whose `clone` wrapper breaks the caller with `CLONE_VM`. Before
@@ -34,16 +34,13 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::{open, OFlag};
 use nix::libc;
-use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
-use nix::sys::stat::Mode;
 use nix::unistd::{access, AccessFlags};
 use relay_protocol::TermSize;
 
 use crate::pty::io as pty_io;
 
-mod child;
+use crate::sys::spawn as child;
 
 pub use child::Stage;
 
@@ -112,7 +109,8 @@ pub fn spawn(program: &Program, size: TermSize) -> Result<Child, SpawnError> {
 /// [`spawn`], with the child created `how`.
 fn spawn_with(program: &Program, size: TermSize, how: child::How) -> Result<Child, SpawnError> {
     let plan_of = |slave| plan(program, slave).map_err(SpawnError::Start);
-    let (master, slave) = open_pair(size).map_err(SpawnError::Pty)?;
+    let (master, slave) = crate::sys::pty::open_pair().map_err(SpawnError::Pty)?;
+    pty_io::set_size(master.as_fd(), size).map_err(SpawnError::Pty)?;
     let plan = plan_of(slave.as_raw_fd())?;
     let started = child::start(&plan, how);
     // The slave's last copy in this process: the master reads EIO once the child's are gone.
@@ -184,24 +182,15 @@ fn plan(program: &Program, slave: std::os::fd::RawFd) -> Result<child::Plan, Str
         "the working directory",
         program.cwd.as_os_str().as_bytes().to_vec(),
     )?;
-    Ok(child::Plan::new(slave, cwd, candidates, argv, envp))
-}
-
-/// Opens a PTY pair, both sides close-on-exec, the slave without becoming this process's
-/// controlling terminal, sized `size`.
-fn open_pair(size: TermSize) -> io::Result<(OwnedFd, OwnedFd)> {
-    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
-    grantpt(&master)?;
-    unlockpt(&master)?;
-    let name = ptsname_r(&master)?;
-    let slave = open(
-        name.as_str(),
-        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    let master = OwnedFd::from(master);
-    pty_io::set_size(master.as_fd(), size)?;
-    Ok((master, slave))
+    let nofile_soft = crate::pty::nofile::original_for_children();
+    Ok(child::Plan::new(
+        slave,
+        cwd,
+        candidates,
+        argv,
+        envp,
+        nofile_soft,
+    ))
 }
 
 /// Says why `program` could not be started: `error` at `stage` of the child's setup. For

@@ -12,8 +12,8 @@ use super::State;
 use crate::lease::{Lease, Phase};
 use crate::lifecycle::policy::known_busy;
 use crate::lifecycle::{decide, Children, Facts, Keep, Owner, PolicyEnd, Rule, Timers, Verdict};
-use crate::pty::procfs;
 use crate::pty::Pty;
+use crate::sys::procfs;
 use crate::{limits, now_ms};
 
 /// A read of the process table, or why it failed.

@@ -7,7 +7,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::io::{self, Read};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
@@ -157,37 +157,13 @@ fn run(bin: &Path, args: &[&OsStr]) -> Result<String, String> {
     Ok(stdout)
 }
 
-/// Writes the encoded state to a memory file (`memfd_create`), or where the kernel has none
-/// (before Linux 3.17) to an unlinked file in `run_dir`. The descriptor is close-on-exec until
-/// the handover clears that.
+/// Writes the encoded state to a file that lives only in memory, close-on-exec until the
+/// handover clears that ([`crate::sys::memory_file`]).
 ///
 /// # Errors
 /// Creating or writing the file (no memory, disk full).
 pub fn write_state(bytes: &[u8], run_dir: &Path) -> io::Result<OwnedFd> {
-    // The system call, not glibc's wrapper (glibc 2.27+): the agent runs on glibc 2.17.
-    // Safety: a NUL-terminated name and flags; the result is a new descriptor or -1.
-    let raw = unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_memfd_create,
-            c"relay-handover".as_ptr(),
-            nix::libc::MFD_CLOEXEC,
-        )
-    };
-    let fd = match raw {
-        // Safety: a descriptor the kernel just returned, owned by nobody else.
-        fd if fd >= 0 => unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) },
-        _ => {
-            let path = run_dir.join(format!("handover.{}", std::process::id()));
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)?;
-            std::fs::remove_file(&path)?;
-            OwnedFd::from(file)
-        }
-    };
-    let file = std::fs::File::from(fd);
+    let file = std::fs::File::from(crate::sys::memory_file::create(c"relay-handover", run_dir)?);
     file.write_all_at(bytes, 0)?;
     Ok(OwnedFd::from(file))
 }
@@ -280,10 +256,7 @@ pub fn exec_fd(exe: BorrowedFd<'_>, state: BorrowedFd<'_>, home: &Path, why: &st
         return e;
     }
     let args = resume_args(state, Fallback::Because(why));
-    match nix::unistd::fexecve(exe.as_fd(), &args, &environment(home)) {
-        Err(e) => e.into(),
-        Ok(never) => match never {},
-    }
+    crate::sys::process::exec_open_file(exe, &args, &environment(home))
 }
 
 #[cfg(test)]
@@ -311,6 +284,7 @@ mod tests {
 
     #[test]
     fn a_state_file_reads_back_whole_from_any_offset() {
+        use std::os::fd::AsFd;
         let dir = tempfile::tempdir().unwrap();
         let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
         let fd = write_state(&bytes, dir.path()).unwrap();

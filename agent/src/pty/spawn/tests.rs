@@ -11,8 +11,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-use super::child::{dirent_numbers, mark_listed_cloexec, mark_numbers_cloexec, How};
 use super::*;
+use crate::sys::spawn::{dirent_numbers, mark_listed_cloexec, mark_numbers_cloexec, How};
 use nix::libc;
 
 /// Everything the PTY's master gives until end of file (EIO), bounded so a broken spawn fails
@@ -240,7 +240,7 @@ fn programs_that_cannot_start_are_explained() {
     let zombies = std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| crate::pty::procfs::stat(pid).map(|st| (pid, st)))
+        .filter_map(|pid| crate::sys::procfs::stat(pid).map(|st| (pid, st)))
         .filter(|(pid, st)| {
             st.ppid == me && st.is_gone() && comm(format!("/proc/{pid}/comm")) == ours
         })

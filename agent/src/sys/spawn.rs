@@ -49,6 +49,8 @@ pub struct Plan {
     pub argv: Vec<CString>,
     /// The whole environment as `NAME=value`.
     pub envp: Vec<CString>,
+    /// The soft descriptor limit the program gets, when it differs from the daemon's.
+    pub nofile_soft: Option<u64>,
     /// Set by the child: stage (high 32 bits, 1-based) and errno (low 32 bits); 0 = none.
     failure: AtomicU64,
 }
@@ -61,6 +63,7 @@ impl Plan {
         candidates: Vec<CString>,
         argv: Vec<CString>,
         envp: Vec<CString>,
+        nofile_soft: Option<u64>,
     ) -> Plan {
         Plan {
             slave,
@@ -68,6 +71,7 @@ impl Plan {
             candidates,
             argv,
             envp,
+            nofile_soft,
             failure: AtomicU64::new(0),
         }
     }
@@ -147,9 +151,7 @@ pub fn start(plan: &Plan, how: How) -> Result<u32, (Option<Stage>, io::Error)> {
         .collect();
     let report = match how {
         How::Vfork => None,
-        How::Fork => {
-            Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| (None, e.into()))?)
-        }
+        How::Fork => Some(super::process::pipe_cloexec().map_err(|e| (None, e))?),
     };
     let raw = Raw {
         plan,
@@ -197,7 +199,9 @@ pub fn start(plan: &Plan, how: How) -> Result<u32, (Option<Stage>, io::Error)> {
         return Ok(pid as u32);
     }
     // The child exited (127) without running the program: reap it here.
-    let _ = crate::pty::io::reap(pid as u32);
+    while let Err(nix::errno::Errno::EINTR) =
+        nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid as i32), None)
+    {}
     let stage = match failure >> 32 {
         1 => Stage::Session,
         2 => Stage::Stdio,
@@ -353,10 +357,12 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
         }
     }
     mark_cloexec_from(3);
-    // The program gets the descriptor limit the daemon was started with (see `nofile`); a
-    // failure leaves it the daemon's higher one, which harms nothing but `select` users.
-    if let Some(soft) = crate::pty::nofile::original_for_children() {
-        crate::pty::nofile::restore_in_child(soft);
+    // The program gets the descriptor limit the daemon was started with (see `pty::nofile`);
+    // a failure leaves it the daemon's higher one, which harms nothing but `select` users.
+    if let Some(soft) = plan.nofile_soft {
+        if let Ok((_, hard)) = super::nofile::get() {
+            let _ = super::nofile::set(soft, hard);
+        }
     }
     restore_signals(0);
     // As execvp: try each candidate; remember EACCES, stop at an error other than "not here".
@@ -435,7 +441,7 @@ fn mark_cloexec_from(first: u32) {
 /// the directory with `getdents64` into a stack buffer (no allocation, so it may run after
 /// `fork`). Without `/proc`, marks every number from `first` up to the descriptor limit (at
 /// most 65,536). Async-signal-safe.
-pub(super) fn mark_listed_cloexec(first: u32) {
+pub(crate) fn mark_listed_cloexec(first: u32) {
     let dir = c"/proc/self/fd";
     // Safety: a C string literal and plain flags.
     let dirfd = unsafe {
@@ -470,16 +476,10 @@ pub(super) fn mark_listed_cloexec(first: u32) {
 
 /// Marks every descriptor number from `first` below the soft `RLIMIT_NOFILE` (at most 65,536)
 /// close-on-exec. Async-signal-safe.
-pub(super) fn mark_numbers_cloexec(first: u32) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // Safety: `limit` is writable.
-    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        limit.rlim_cur.min(65_536) as u32
-    } else {
-        1024
+pub(crate) fn mark_numbers_cloexec(first: u32) {
+    let top = match super::nofile::get() {
+        Ok((soft, _)) => soft.min(65_536) as u32,
+        Err(_) => 1024,
     };
     for fd in first..top {
         // Safety: as in `mark_listed_cloexec`.
@@ -490,7 +490,7 @@ pub(super) fn mark_numbers_cloexec(first: u32) {
 /// The descriptor numbers named by the `linux_dirent64` records in `records` (`.` and `..`
 /// and anything not a number are skipped). Record layout (getdents64(2)): inode u64, offset
 /// i64, record length u16, type u8, then the NUL-terminated name.
-pub(super) fn dirent_numbers(records: &[u8]) -> impl Iterator<Item = u32> + '_ {
+pub(crate) fn dirent_numbers(records: &[u8]) -> impl Iterator<Item = u32> + '_ {
     const NAME: usize = 19;
     let mut at = 0;
     std::iter::from_fn(move || {
