@@ -8,7 +8,8 @@
 #     Debian, arm64 and glibc-less hosts), and against the glibc-less host from the Windows archive
 #     of deploy/bundle.sh, which it makes for Windows and both macOS targets;
 #   - macOS arm64 and x86_64 (aarch64-/x86_64-apple-darwin): built only; no Mach-O binary can run
-#     here, so nothing macOS-specific is tested.
+#     here, so nothing macOS-specific is tested. The agent is not built for macOS; checking it for
+#     macOS must fail only inside agent/src/sys, its Linux port surface.
 #
 #   deploy/check-desktops.sh
 #
@@ -48,6 +49,18 @@ for t in "${macs[@]}"; do
     CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked "${crates[@]}" --lib --target "$t"
     CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked -p relay-cli --bins --target "$t"
 done
+
+# The agent runs on Linux hosts only; what it asks of Linux sits in agent/src/sys (its module
+# docs give the port surface). Checked for macOS, every error must be in there: an error elsewhere
+# means Linux-only code leaked out of it.
+log "checking that the agent's Linux-only code is all in agent/src/sys (cargo check, ${macs[0]})"
+# Any other error (a dependency that does not build, a missing target) fails the check too, so it
+# cannot pass without having looked.
+leaks=$(CARGO_TARGET_DIR=$target_dir cargo check --locked -p relay-agent --lib --target "${macs[0]}" \
+    --message-format=short 2>&1 | grep -E '^([^ ]+:[0-9]+:[0-9]+: )?error' | grep -vE '^agent/src/sys/[^ ]+: error' |
+    grep -vE '^error: could not compile `relay-agent` \(lib\)' || true)
+[[ -z $leaks ]] || die "Linux-only code outside agent/src/sys (move it there, see agent/src/sys/mod.rs):
+$leaks"
 
 log "building relay and relayctl for $windows"
 CARGO_TARGET_DIR=$target_dir cargo zigbuild --locked -p relay-cli --bins --target "$windows"
