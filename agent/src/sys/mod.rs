@@ -1,6 +1,6 @@
 //! Everything the agent asks of Linux that another Unix answers differently: the port surface
 //! of a host agent for another OS. The rest of the agent uses POSIX through `nix` and tokio
-//! (`waitid`, `flock`, `SCM_RIGHTS`, `TIOCSWINSZ`, signals) and builds wherever those exist;
+//! (`fork`, `waitpid`, `flock`, `SCM_RIGHTS`, `TIOCSWINSZ`, signals) and builds wherever those exist;
 //! this module imports nothing else of the agent and is the bottom layer
 //! (`agent/tests/layers.rs`).
 //!
@@ -11,7 +11,7 @@
 //! | [`pty`] | a PTY pair, close-on-exec from the start | `posix_openpt(O_CLOEXEC)`, `ptsname_r` | `posix_openpt` then `FD_CLOEXEC` under the spawn lock, `ptsname` |
 //! | [`nofile`] | read and set `RLIMIT_NOFILE` async-signal-safely; the kernel's ceiling | `getrlimit`/`setrlimit`, `/proc/sys/fs/nr_open` | the same calls; ceiling `kern.maxfilesperproc` (sysctl) |
 //! | [`memory_file`] | an unnamed file that survives `execve` (the live upgrade's state) | `memfd_create` (Linux 3.17), else an unlinked file | an unlinked file in the run directory |
-//! | [`process`] | close inherited descriptors; is the peer of a Unix socket running our executable; a close-on-exec pipe | `/proc/self/fd`, `SO_PEERCRED` + `/proc/PID/exe`, `pipe2(O_CLOEXEC)` | `/dev/fd`, `LOCAL_PEERPID` + `proc_pidpath`, `pipe` + `FD_CLOEXEC` |
+//! | [`process`] | close inherited descriptors; is the peer of a Unix socket running our executable; a close-on-exec pipe; has a child exited, without reaping it; run an open executable; receive descriptors close-on-exec | `/proc/self/fd`, `SO_PEERCRED` + `/proc/PID/exe`, `pipe2(O_CLOEXEC)`, `waitid(WNOWAIT)`, `fexecve`, `MSG_CMSG_CLOEXEC` | `/dev/fd`, `LOCAL_PEERPID` + `proc_pidpath`, `pipe` + `FD_CLOEXEC`, `kqueue` `EVFILT_PROC`, `execv` of the file's path, `FD_CLOEXEC` after `recvmsg` |
 //!
 //! The agent is built and tested only for Linux hosts (x86_64 and aarch64, glibc ≥ 2.17 or
 //! static musl; README "Platforms"). `cargo check --target aarch64-apple-darwin -p relay-agent`
