@@ -1,9 +1,9 @@
 //! Oracle tests of rules A (unknown is not dead), B (attach never creates), C (exact-binding
 //! fencing) and D (cardinality).
 
-use relay_protocol::message::{Kill, Resize};
+use relay_protocol::message::{Detach, Kill, Protect, Replace, Resize, Signal};
 use relay_protocol::{
-    Binding, EndReason, ErrorReply, Incarnation, LeaseState, PtyId, Request, TermSize,
+    Binding, EndReason, ErrorReply, Incarnation, LeaseState, PtyId, Request, Response, TermSize,
 };
 
 use crate::support::{alive, children, contains, pane, spec, wait_until, Home, WAIT};
@@ -91,64 +91,156 @@ fn rule_d_second_create_returns_the_existing_binding() {
     assert_eq!(children(daemon).len(), 2);
 }
 
-/// Rule C: input, resize and kill naming a stale binding (wrong counter or wrong incarnation)
-/// are refused with Mismatch, and the shell is unaffected.
+/// Rule C: every mutation (input, resize, signal, kill, detach, protect) naming a binding that
+/// is not the pane's live one is refused with Mismatch, and no shell is touched: a wrong
+/// counter, a wrong incarnation, the right PTY under another pane's key, and a superseded
+/// binding (which only protect and kill may name: they target live or superseded leases, and
+/// name exactly that one). A mutation
+/// that looked the PTY up by id instead of through the fence would signal, end, detach or
+/// protect another pane's shell, and this test would see it.
 #[test]
 fn rule_c_stale_bindings_are_refused_and_the_shell_is_unaffected() {
     let home = Home::new();
     home.start_daemon();
     let mut c = home.client();
     let p = pane("fenced");
-    let created = c.create(&p, &["sh"]);
-    let good = created.binding.clone();
-    let pid = c.lease(good.pty).pid.unwrap();
+    let good = c.create(&p, &["sh"]).binding;
     let a = c.attach(&p, Some(good.pty), Some(0)).unwrap();
+    let q = pane("neighbour");
+    let neighbour = c.create(&q, &["sh"]).binding;
+    c.attach(&q, Some(neighbour.pty), Some(0)).unwrap();
+    let r = pane("replaced");
+    let superseded = c.create(&r, &["sh"]).binding;
+    let replacement = match c.request(Request::Replace(Replace {
+        old: superseded.clone(),
+        spec: spec(&["sh"]),
+    })) {
+        Response::Created(created) => created.binding,
+        other => panic!("expected Created, got {other:?}"),
+    };
+    let pids: Vec<u32> = [&good, &neighbour, &superseded, &replacement]
+        .iter()
+        .map(|b| c.lease(b.pty).pid.unwrap())
+        .collect();
 
-    let stale = [
-        PtyId {
-            counter: good.pty.counter + 1,
-            ..good.pty
-        },
-        PtyId {
-            incarnation: Incarnation(good.pty.incarnation.0 ^ 1),
-            ..good.pty
-        },
-    ];
-    for pty in stale {
-        let bad = Binding {
+    let mismatch = |bad: &Binding, current: &Binding| ErrorReply::Mismatch {
+        pane: bad.pane.clone(),
+        expected: bad.pty,
+        current: Some(current.pty),
+    };
+    // (binding, what a mutation on it answers, whether protect and kill may target it)
+    let stale: Vec<(Binding, ErrorReply, bool)> = [
+        // A counter this incarnation never gave out.
+        Binding {
             pane: p.clone(),
-            pty,
-        };
-        let want = Err(ErrorReply::Mismatch {
+            pty: PtyId {
+                counter: good.pty.counter + 1000,
+                ..good.pty
+            },
+        },
+        // Another incarnation's.
+        Binding {
             pane: p.clone(),
-            expected: pty,
-            current: Some(good.pty),
-        });
-        assert_eq!(c.input(&bad, "echo STALE-INPUT\n"), want);
-        let size = TermSize { cols: 33, rows: 11 };
-        let resize = Request::Resize(Resize {
+            pty: PtyId {
+                incarnation: Incarnation(good.pty.incarnation.0 ^ 1),
+                ..good.pty
+            },
+        },
+        // The right PTY under another pane's key.
+        Binding {
+            pane: q.clone(),
+            pty: good.pty,
+        },
+    ]
+    .into_iter()
+    .map(|bad| {
+        let current = if bad.pane == q { &neighbour } else { &good };
+        let want = mismatch(&bad, current);
+        (bad, want, false)
+    })
+    // Superseded: refused for every mutation but protect and kill.
+    .chain([(
+        superseded.clone(),
+        mismatch(&superseded, &replacement),
+        true,
+    )])
+    .collect();
+
+    for (bad, want, targetable) in stale {
+        let requests = [
+            (
+                "resize",
+                Request::Resize(Resize {
+                    binding: bad.clone(),
+                    size: TermSize { cols: 33, rows: 11 },
+                }),
+            ),
+            (
+                "signal",
+                Request::Signal(Signal {
+                    binding: bad.clone(),
+                    signal: 9,
+                }),
+            ),
+            (
+                "detach",
+                Request::Detach(Detach {
+                    binding: bad.clone(),
+                }),
+            ),
+        ];
+        assert_eq!(
+            c.input(&bad, "echo STALE-INPUT\n"),
+            Err(want.clone()),
+            "input on {bad}"
+        );
+        for (what, req) in requests {
+            assert_eq!(c.mutate(req), Err(want.clone()), "{what} on {bad}");
+        }
+        let targeted = if targetable { Ok(()) } else { Err(want) };
+        let req = Request::Protect(Protect {
             binding: bad.clone(),
-            size,
+            protected: true,
         });
-        assert_eq!(c.mutate(resize), want);
-        assert_eq!(c.mutate(Request::Kill(Kill { binding: bad })), want);
+        assert_eq!(c.mutate(req), targeted, "protect on {bad}");
+        let protected: Vec<PtyId> = c
+            .leases()
+            .into_iter()
+            .filter(|l| l.protected)
+            .map(|l| l.binding.pty)
+            .collect();
+        let named: &[PtyId] = if targetable { &[bad.pty] } else { &[] };
+        assert_eq!(
+            protected, named,
+            "protect on {bad} protected exactly what it named"
+        );
+        let req = Request::Kill(Kill {
+            binding: bad.clone(),
+        });
+        assert_eq!(c.mutate(req), targeted, "kill on {bad}");
     }
 
-    // The shell still runs, kept its size, and never saw the stale input.
+    // The superseded shell, named exactly, was ended; the others still run, the live ones kept
+    // their size, attachment and protection, and never saw the stale input.
+    assert!(
+        wait_until(WAIT, || !alive(pids[2])),
+        "the superseded shell ended"
+    );
+    for pid in [pids[0], pids[1], pids[3]] {
+        assert!(alive(pid), "shell {pid} was signalled or ended");
+    }
     c.input(&good, "stty size; echo fenced-$((2+3))\n").unwrap();
     let out = c.output_until(good.pty, a.replay_from, |b| contains(b, "fenced-5"));
-    assert!(
-        contains(&out, "30 100"),
-        "size unchanged: {:?}",
-        String::from_utf8_lossy(&out)
-    );
-    assert!(
-        !contains(&out, "STALE"),
-        "{:?}",
-        String::from_utf8_lossy(&out)
-    );
-    assert!(alive(pid));
-    assert_eq!(c.lease(good.pty).state, LeaseState::Attached);
+    let text = String::from_utf8_lossy(&out);
+    assert!(contains(&out, "30 100"), "size unchanged: {text:?}");
+    assert!(!contains(&out, "STALE"), "{text:?}");
+    for live in [&good, &neighbour] {
+        let lease = c.lease(live.pty);
+        assert_eq!(lease.state, LeaseState::Attached, "{live}");
+        assert_eq!(lease.attached, 1, "{live}");
+        assert!(!lease.protected, "{live}");
+    }
+    assert!(!c.lease(replacement.pty).protected);
 }
 
 /// Rule A: a dropped client connection kills nothing; the lease becomes detached.
