@@ -272,14 +272,18 @@ fn forgotten_history_reads_as_forgotten() {
 
 /// Regression: a kill requested while the journal could not be written answered "killed" and
 /// later read `agent restarted`. Now nothing is signalled and the error names the journal.
-/// Needs root to mount a small tmpfs on `state/`; otherwise it checks nothing and says so.
+/// Needs root to mount a small tmpfs on `state/`; otherwise it checks
+/// nothing and says so (`relay_testkit::skip`: a failure under `RELAY_TESTS_REQUIRE_PRIVILEGED=1`).
 #[test]
 fn a_kill_the_journal_cannot_record_is_refused() {
     let home = Home::new();
     let state = home.path().join("state");
     fs::create_dir_all(&state).unwrap();
     let Some(_tmpfs) = Tmpfs::mount(&state, "256k") else {
-        eprintln!("SKIPPED a_kill_the_journal_cannot_record_is_refused: needs root and tmpfs");
+        relay_testkit::skip(
+            "a_kill_the_journal_cannot_record_is_refused",
+            "root and a mountable tmpfs",
+        );
         return;
     };
     home.start_daemon();

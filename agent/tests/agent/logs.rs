@@ -16,10 +16,13 @@ use crate::support::{pane, spec, wait_until, Home};
 /// after which every create failed `No space left on device`. Now the warnings are summarized
 /// and a create on the same 1 MiB home still works.
 ///
-/// Needs root to mount a small tmpfs as the home; otherwise it checks nothing and says so.
+/// Needs root to mount a small tmpfs as the home; otherwise it checks
+/// nothing and says so (`relay_testkit::skip`: a failure under `RELAY_TESTS_REQUIRE_PRIVILEGED=1`).
 #[test]
 fn a_connect_close_flood_is_summarized_and_creates_keep_working_on_a_1_mib_home() {
-    let Some((home, _tmpfs)) = daemon_on_a_1_mib_home("a_connect_close_flood") else {
+    let Some((home, _tmpfs)) = daemon_on_a_1_mib_home(
+        "a_connect_close_flood_is_summarized_and_creates_keep_working_on_a_1_mib_home",
+    ) else {
         return;
     };
     for _ in 0..12_000 {
@@ -73,10 +76,13 @@ fn summarized(log: &str) -> (u64, usize) {
 /// once there is room (an error line may use the log's disk reserve), every line in agent.log is
 /// whole, and lines that could not be written are counted in a note.
 ///
-/// Needs root to mount a small tmpfs as the home; otherwise it checks nothing and says so.
+/// Needs root to mount a small tmpfs as the home; otherwise it checks
+/// nothing and says so (`relay_testkit::skip`: a failure under `RELAY_TESTS_REQUIRE_PRIVILEGED=1`).
 #[test]
 fn on_a_full_disk_the_create_error_is_logged_whole_or_counted_never_cut() {
-    let Some((home, _tmpfs)) = daemon_on_a_1_mib_home("on_a_full_disk") else {
+    let Some((home, _tmpfs)) = daemon_on_a_1_mib_home(
+        "on_a_full_disk_the_create_error_is_logged_whole_or_counted_never_cut",
+    ) else {
         return;
     };
     let mut c = home.client();
@@ -120,7 +126,7 @@ fn on_a_full_disk_the_create_error_is_logged_whole_or_counted_never_cut() {
 fn daemon_on_a_1_mib_home(test: &str) -> Option<(Home, Tmpfs)> {
     let home = Home::new();
     let Some(tmpfs) = Tmpfs::mount(home.path(), "1m") else {
-        eprintln!("SKIPPED {test}: needs root and a mountable tmpfs");
+        relay_testkit::skip(test, "root and a mountable tmpfs");
         return None;
     };
     std::fs::create_dir(home.path().join("home")).unwrap();

@@ -55,7 +55,10 @@ fn nofile_of(pid: u32) -> (u64, u64) {
 #[test]
 fn the_daemon_raises_its_descriptor_limit_and_programs_get_the_original() {
     if hard() <= SOFT {
-        eprintln!("skipped: this process's hard descriptor limit is not above {SOFT}");
+        relay_testkit::skip(
+            "the_daemon_raises_its_descriptor_limit_and_programs_get_the_original",
+            &format!("a hard descriptor limit above {SOFT}"),
+        );
         return;
     }
     let home = Home::new();

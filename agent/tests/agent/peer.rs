@@ -12,9 +12,10 @@ use crate::support::Home;
 #[test]
 fn connection_from_another_uid_is_refused_and_logged() {
     if !nix::unistd::getuid().is_root() {
-        eprintln!(
-            "skipped: needs root to connect as another uid; tests/tests/ssh/peer.rs checks the \
-             same in a container"
+        relay_testkit::skip(
+            "connection_from_another_uid_is_refused_and_logged",
+            "root to connect as another uid (tests/tests/ssh/peer.rs checks the same in a \
+             container)",
         );
         return;
     }

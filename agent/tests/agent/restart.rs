@@ -90,14 +90,18 @@ impl Drop for Tmpfs {
 /// spawned process is ended, the journal keeps only whole lines, and after space is freed the
 /// next create is recorded and survives a restart.
 ///
-/// Needs root to mount a small tmpfs on `state/`; otherwise it checks nothing and says so.
+/// Needs root to mount a small tmpfs on `state/`; otherwise it checks
+/// nothing and says so (`relay_testkit::skip`: a failure under `RELAY_TESTS_REQUIRE_PRIVILEGED=1`).
 #[test]
 fn full_disk_fails_create_cleanly_and_keeps_the_journal_whole() {
     let home = Home::new();
     let state = home.path().join("state");
     fs::create_dir_all(&state).unwrap();
     let Some(_tmpfs) = Tmpfs::mount(&state, "256k") else {
-        eprintln!("SKIPPED full_disk_fails_create_cleanly: needs root and a mountable tmpfs");
+        relay_testkit::skip(
+            "full_disk_fails_create_cleanly_and_keeps_the_journal_whole",
+            "root and a mountable tmpfs",
+        );
         return;
     };
     home.start_daemon();
