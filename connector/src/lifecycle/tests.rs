@@ -284,8 +284,10 @@ async fn kill_all_reports_targets_unverified_when_the_connection_drops() {
 }
 
 /// An agent without `lifecycle`: "kill all unprotected" cannot be done exactly, so nothing is
-/// sent; named kills become one `Kill` each, and the lease list confirms the ends.
-#[tokio::test]
+/// sent; named kills become one `Kill` each, and only the lease list listing a target as ended
+/// confirms its end. A target the list still shows detached, or no longer lists at all, stays
+/// unverified after the confirmation window (7 s, on tokio's paused clock): never ended.
+#[tokio::test(start_paused = true)]
 async fn without_lifecycle_named_kills_are_exact_kills_confirmed_by_the_lease_list() {
     let (session, mut peer) = connect(&[Capability::PTY]).await;
     let err = session
@@ -294,47 +296,62 @@ async fn without_lifecycle_named_kills_are_exact_kills_confirmed_by_the_lease_li
         .unwrap_err();
     assert!(matches!(err, Error::Unsupported(_)), "{err}");
 
-    let targets = [binding_of("a", 1), binding_of("b", 2), binding_of("c", 3)];
-    let killing = tokio::spawn({
+    let targets = [
+        binding_of("a", 1),
+        binding_of("b", 2),
+        binding_of("c", 3),
+        binding_of("still-detached", 4),
+        binding_of("unlisted", 5),
+    ];
+    let mut killing = tokio::spawn({
         let session = session.clone();
         async move { session.kill_all(&targets, EndWhen::Always).await }
     });
-    for _ in 0..3 {
+    for _ in 0..5 {
         let (id, req) = next_request(&mut peer).await;
         let Request::Kill(kill) = req else {
             panic!("a Kill, got {req:?}");
         };
         let pane = kill.binding.pane.clone();
         let resp = match kill.binding.pty.counter {
-            1 => Response::Done(Done {}),
             2 => Response::Error(ErrorReply::Ended {
                 pane,
                 pty: kill.binding.pty,
                 exit: None,
                 reason: EndReason::Killed,
             }),
-            _ => Response::Error(ErrorReply::Mismatch {
+            3 => Response::Error(ErrorReply::Mismatch {
                 pane,
                 expected: kill.binding.pty,
                 current: None,
             }),
+            _ => Response::Done(Done {}),
         };
         reply(&mut peer, id, resp).await;
     }
-    let (id, req) = next_request(&mut peer).await;
-    assert!(matches!(req, Request::ListLeases(_)), "{req:?}");
+    // Every listing: `a` ended, `still-detached` detached, `unlisted` absent.
     let mut gone = info("a", 1, LeaseState::Ended);
     gone.exit = Some(ExitStatus {
         code: 1,
         signal: Some("Hangup".into()),
     });
-    reply(
-        &mut peer,
-        id,
-        Response::Leases(Leases { leases: vec![gone] }),
-    )
-    .await;
-    let summary = killing.await.unwrap().unwrap();
+    let listed = vec![gone, info("still-detached", 4, LeaseState::Detached)];
+    let mut listings = 0;
+    let summary = loop {
+        tokio::select! {
+            done = &mut killing => break done.unwrap().unwrap(),
+            (id, req) = next_request(&mut peer) => {
+                assert!(matches!(req, Request::ListLeases(_)), "{req:?}");
+                listings += 1;
+                let leases = Leases { leases: listed.clone() };
+                reply(&mut peer, id, Response::Leases(leases)).await;
+            }
+        }
+    };
+    assert!(
+        listings > 1,
+        "the list was watched, not read once: {listings}"
+    );
     assert!(
         matches!(&summary.results[0].outcome, EndOutcome::Ended { exit: Some(e), .. } if e.code == 1),
         "{summary:?}"
@@ -347,6 +364,17 @@ async fn without_lifecycle_named_kills_are_exact_kills_confirmed_by_the_lease_li
     );
     assert!(
         matches!(&summary.results[2].outcome, EndOutcome::Refused { why } if why.contains("binding mismatch")),
+        "{summary:?}"
+    );
+    for unseen in &summary.results[3..] {
+        assert!(
+            matches!(&unseen.outcome, EndOutcome::Unverified { why } if why.contains("not seen ended within 7 s")),
+            "{summary:?}"
+        );
+    }
+    assert_eq!(
+        (summary.ended(), summary.unverified()),
+        (1, 2),
         "{summary:?}"
     );
 }
