@@ -269,6 +269,9 @@ pub struct Collected {
         relay_protocol::EndReason,
         Option<relay_protocol::ExitStatus>,
     )>,
+    /// The pane's PTY now, when a re-attach found the pane holds another one
+    /// ([`PaneEvent::Mismatch`]); `Some(None)`: it holds none.
+    pub mismatch: Option<Option<relay_protocol::PtyId>>,
 }
 
 impl Collected {
@@ -316,6 +319,7 @@ impl Collected {
             PaneEvent::Resumed { from } => self.resumed.push(from),
             PaneEvent::Unresolved { reason } => self.unresolved.push(reason),
             PaneEvent::Ended { reason, exit } => self.ended = Some((reason, exit)),
+            PaneEvent::Mismatch { current } => self.mismatch = Some(current),
             other => return Err(format!("unexpected event {other:?}")),
         }
         Ok(())

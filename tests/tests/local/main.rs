@@ -6,6 +6,7 @@
 
 // Topic modules live next to this file in `local/`.
 mod host;
+mod host_away;
 mod liveness;
 mod lossless;
 mod messages;
