@@ -61,6 +61,8 @@ pub mod input;
 mod panes;
 mod state;
 mod supervisor;
+#[cfg(test)]
+mod tests;
 mod workspace;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -60,23 +60,7 @@ pub(crate) async fn connect_with(
         guard: Box::new(()),
     })));
     let mut peer = Framed::new(server, FrameCodec::default());
-    let welcome = Welcome {
-        magic: MAGIC,
-        major: PROTOCOL_MAJOR,
-        minor: 0,
-        agent_version: "test".into(),
-        incarnation: Incarnation(1),
-        capabilities: capabilities
-            .iter()
-            .map(|c| Capability(c.to_string()))
-            .collect(),
-        limits: Limits {
-            max_frame: 1 << 20,
-            window: 1 << 20,
-            max_chunk: 1 << 16,
-            replay_bytes: 1 << 22,
-        },
-    };
+    let welcome = welcome(capabilities);
     let lifecycle = welcome.has(Capability::LIFECYCLE);
     let (session, ()) = tokio::join!(Session::connect_with(&transport, options), async {
         let (id, hello) = next_request(&mut peer).await;
@@ -109,6 +93,51 @@ pub(crate) async fn connect_with(
         }
     });
     (session, peer)
+}
+
+/// The scripted agent's welcome: incarnation 1, `capabilities`, default limits.
+pub(crate) fn welcome(capabilities: &[&str]) -> Welcome {
+    Welcome {
+        magic: MAGIC,
+        major: PROTOCOL_MAJOR,
+        minor: 0,
+        agent_version: "test".into(),
+        incarnation: Incarnation(1),
+        capabilities: capabilities
+            .iter()
+            .map(|c| Capability(c.to_string()))
+            .collect(),
+        limits: Limits {
+            max_frame: 1 << 20,
+            window: 1 << 20,
+            max_chunk: 1 << 16,
+            replay_bytes: 1 << 22,
+        },
+    }
+}
+
+/// A transport whose every `open` is a new in-memory pipe, its agent's end sent to the test:
+/// what a [`Host`](crate::Host) reconnecting to a scripted agent needs.
+pub(crate) struct Pipes(pub(crate) tokio::sync::mpsc::UnboundedSender<Peer>);
+
+impl Transport for Pipes {
+    fn open(&self, _: OpenOptions) -> OpenFuture<'_> {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let sent = self.0.send(Framed::new(server, FrameCodec::default()));
+        Box::pin(async move {
+            sent.map_err(|_| Error::spawn("the test stopped taking connections"))?;
+            let (r, w) = tokio::io::split(client);
+            Ok(AgentStream {
+                reader: Box::pin(r),
+                writer: Box::pin(w),
+                guard: Box::new(()),
+            })
+        })
+    }
+
+    fn describe(&self) -> String {
+        "pipes".into()
+    }
 }
 
 /// The next request the session sent.
