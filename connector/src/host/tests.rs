@@ -1,17 +1,19 @@
 //! What a [`Host`] does with re-attach answers that a real agent does not give on demand (the
 //! pane not found for a PTY of its own incarnation, an internal error), against a scripted agent
-//! it reconnects to. The answers a real agent gives (re-attached, ended, another PTY) are tested
-//! against one in `tests/tests/local/`.
+//! it reconnects to, and when it retries a transport that keeps failing. The answers a real
+//! agent gives (re-attached, ended, another PTY) are tested against one in `tests/tests/local/`.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use relay_protocol::message::{Attach, Attached, Done, Pong};
 use relay_protocol::{Binding, Capability, ErrorReply, Request, Response, Resume, TermSize};
 use tokio::sync::mpsc;
 
-use super::{Host, HostOptions};
+use super::{Host, HostOptions, HostState};
 use crate::session::test_peer::{binding_of, next_request, reply, welcome, Peer, Pipes};
-use crate::PaneEvent;
+use crate::transport::{OpenFuture, OpenOptions, Transport};
+use crate::{Error, PaneEvent};
 
 /// Waits for the host's next connection and answers its hello and stated policy.
 async fn accept(connections: &mut mpsc::UnboundedReceiver<Peer>) -> Peer {
@@ -136,4 +138,76 @@ async fn a_reattach_that_proves_nothing_keeps_the_pane_for_the_next_try() {
             other => panic!("expected the stream to resume, got {other:?}"),
         }
     }
+}
+
+/// A transport whose every open fails at once with a transient error, noting when it was asked.
+struct Refusing(Arc<Mutex<Vec<Instant>>>);
+
+impl Transport for Refusing {
+    fn open(&self, _: OpenOptions) -> OpenFuture<'_> {
+        self.0.lock().unwrap().push(Instant::now());
+        Box::pin(async { Err(Error::connection_lost("connection refused")) })
+    }
+
+    fn describe(&self) -> String {
+        "refusing".into()
+    }
+}
+
+/// Rule G: the app is told when the next attempt starts (`Reconnecting.next_retry_at`), and
+/// that is when it starts — never earlier, and not later than the timer's slack (generous:
+/// 500 ms on a loaded machine). Six attempts, delays doubling from 100 ms towards the 2 s cap,
+/// so a state that told one delay while the supervisor waited another would be off by more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_retry_time_told_to_the_app_is_when_the_next_attempt_starts() {
+    let opened = Arc::new(Mutex::new(Vec::new()));
+    let mut options = HostOptions::new("t");
+    options.backoff.first = Duration::from_millis(100);
+    options.backoff.cap = Duration::from_secs(2);
+    let host = Host::open(Refusing(opened.clone()), options);
+    let mut states = host.state();
+    let mut told = Vec::new();
+    while told.len() < 6 {
+        tokio::time::timeout(Duration::from_secs(10), states.changed())
+            .await
+            .expect("a state change within 10 s")
+            .unwrap();
+        if let HostState::Reconnecting { next_retry_at, .. } = *states.borrow_and_update() {
+            told.push(next_retry_at);
+        }
+    }
+    // The attempt after the last one told.
+    let wait_for_it = async {
+        while opened.lock().unwrap().len() <= told.len() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait_for_it)
+        .await
+        .expect("the attempt after the last time told, within 10 s");
+    let opened = opened.lock().unwrap().clone();
+    for (i, at) in told.iter().enumerate() {
+        let started = opened[i + 1];
+        assert!(
+            started >= *at,
+            "attempt {} started before the time told",
+            i + 2
+        );
+        let late = started - *at;
+        assert!(
+            late <= Duration::from_millis(500),
+            "attempt {} started {late:?} after the time told",
+            i + 2
+        );
+        let waited = *at - opened[i];
+        assert!(
+            waited <= Duration::from_secs(2),
+            "waited {waited:?}, cap 2 s"
+        );
+    }
+    let last_wait = *told.last().unwrap() - opened[told.len() - 1];
+    assert!(
+        last_wait >= Duration::from_millis(600),
+        "the delays grew: the last one {last_wait:?}"
+    );
 }
