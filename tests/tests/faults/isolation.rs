@@ -5,9 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-use relay_connector::{Host, InputWriter, PaneEvent, PaneHandle};
+use relay_connector::{Host, HostState, InputWriter, PaneEvent, PaneHandle};
+use relay_tests::StateLog;
 
-use crate::rig::{sh, Rig};
+use crate::rig::{sh, Pane, Rig, ECHO_LOOP};
 
 /// A pane running a raw, echo-less `cat`, read directly by the measuring loop.
 struct Echo {
@@ -121,6 +122,65 @@ pub async fn rule_f_a_partitioned_host_leaves_another_hosts_echo_as_it_was() {
         "the partitioned host noticed meanwhile"
     );
     assert_within_twice("other host", idle, disturbed);
+}
+
+/// Rule F for connecting: one host is silently partitioned and its supervisor sits in an SSH
+/// connect that cannot finish (`ConnectTimeout` 30 s); meanwhile another host's connection is
+/// killed, and that host reconnects and resumes its pane within 10 s, while the first is still
+/// in the same connect attempt. Connecting to one host never waits for another: a process-wide
+/// lock around SSH connect would hold the second host here until the first timed out.
+pub async fn rule_f_a_host_stuck_connecting_does_not_hold_up_another_hosts_reconnect() {
+    let (a, b) = relay_tests::fixture::two_hosts().await.unwrap();
+    let stuck = Rig::connect_within(&a, Duration::from_secs(30), |_| {});
+    let stuck_states = StateLog::record(&stuck);
+    stuck
+        .workspace("w")
+        .open("p", "0", sh("sleep 600"))
+        .await
+        .unwrap();
+    let other = Rig::connect(&b, |_| {});
+    let (created, handle) = other
+        .workspace("w")
+        .open("echo", "0", sh(ECHO_LOOP))
+        .await
+        .unwrap();
+    let pane = Pane::watch(&other, created.binding, handle);
+    pane.wait_text("start", Duration::from_secs(30)).await;
+
+    let mark = stuck_states.len();
+    a.partition().await.unwrap();
+    // Lost (the heartbeat, within about 10 s), then in its next connect attempt, which hangs.
+    stuck_states
+        .wait_for(mark, "reconnecting", Duration::from_secs(30), |s| {
+            matches!(s, HostState::Reconnecting { .. })
+        })
+        .await
+        .unwrap();
+    let connecting = stuck_states
+        .wait_for(mark, "connecting again", Duration::from_secs(30), |s| {
+            matches!(s, HostState::Connecting { .. })
+        })
+        .await
+        .unwrap();
+    let in_connect = stuck_states.len();
+
+    let killed_at = Instant::now();
+    assert_eq!(b.kill_ssh_connections().await.unwrap(), 1);
+    pane.wait("resume on the other host", Duration::from_secs(10), |c| {
+        !c.resumed.is_empty()
+    })
+    .await;
+    let back_in = killed_at.elapsed();
+    eprintln!("other host: back in {back_in:?} while the partitioned one was {connecting}");
+    assert_eq!(
+        stuck_states.len(),
+        in_connect,
+        "the partitioned host was still in the same connect attempt: {:?}",
+        stuck_states.all()
+    );
+    pane.type_line("after");
+    pane.wait_text("got:after", Duration::from_secs(10)).await;
+    a.heal().await.unwrap();
 }
 
 /// About 2 MB/s of output for as long as the pane lives: a busy build log or a `tail -f` of a

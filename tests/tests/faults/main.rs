@@ -48,6 +48,10 @@ fn concurrent() -> Vec<Trial> {
             "network::rule_a_a_reattach_interrupted_by_a_frozen_host_creates_nothing",
             network::rule_a_a_reattach_interrupted_by_a_frozen_host_creates_nothing,
         ),
+        scenario(
+            "isolation::rule_f_a_host_stuck_connecting_does_not_hold_up_another_hosts_reconnect",
+            isolation::rule_f_a_host_stuck_connecting_does_not_hold_up_another_hosts_reconnect,
+        ),
         blocking(
             "client::rule_a_a_connector_stopped_for_60s_recovers_with_at_most_one_reconnect",
             client::rule_a_a_connector_stopped_for_60s_recovers_with_at_most_one_reconnect,

@@ -48,9 +48,18 @@ impl Rig {
 
     /// A [`Host`] on `ssh` (not waited for).
     pub fn connect(ssh: &SshHost, tune: impl FnOnce(&mut HostOptions)) -> Host {
+        Self::connect_within(ssh, Duration::from_secs(5), tune)
+    }
+
+    /// [`Rig::connect`] with SSH `ConnectTimeout` `timeout`.
+    pub fn connect_within(
+        ssh: &SshHost,
+        timeout: Duration,
+        tune: impl FnOnce(&mut HostOptions),
+    ) -> Host {
         ssh.write_known_hosts().unwrap();
         let mut opts = ssh.options(agent_copy()).unwrap();
-        opts.connect_timeout = Some(Duration::from_secs(5));
+        opts.connect_timeout = Some(timeout);
         let mut options = HostOptions::new("fault-suite");
         tune(&mut options);
         Host::open(SshTransport::new(opts), options)
