@@ -1,7 +1,8 @@
 //! `relay serve --stdio` (the desktop-app sidecar, docs/embedding.md) against a real agent over
 //! the local transport: every error code a local host can give, bad input that loses nothing,
 //! exact attach (rules B and C, and reference 001's trusted identity), a hydrate that races a
-//! stopped agent, per-pane output credit (rule F), and an app that quits (rule A).
+//! stopped agent, per-pane output credit (rule F), an app that quits (rule A), and no host
+//! contacted before the app opens it (rule I).
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -487,4 +488,55 @@ fn a_pane_open_may_follow_its_host_open_without_waiting() {
         app.read_until(&binding, "opened-42");
         assert_eq!(app.close(), Some(0));
     }
+}
+
+/// Rule I: the sidecar contacts no host nobody asked for. Started and answering, it has neither
+/// started the local agent nor connected anywhere; `host.open` of "local" starts the agent, and
+/// of an SSH destination connects to it (a listener that never speaks counts the connections).
+#[test]
+fn rule_i_the_sidecar_contacts_no_host_until_the_app_opens_it() {
+    let home = TestHome::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let config = home.path().join("ssh_config");
+    let alias = "silent-host";
+    std::fs::write(
+        &config,
+        format!("Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User nobody\n"),
+    )
+    .unwrap();
+    let connected = || match listener.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    };
+
+    let mut app = sidecar(&home);
+    // Answering: it has started and reads its input.
+    assert_eq!(
+        app.error_code("no.such.method", json!({})),
+        "method_not_found"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!home.daemon_running(), "a local agent started unasked");
+    assert!(!connected(), "a connection to an SSH host unasked");
+
+    let local = open_local(&mut app);
+    app.call(
+        "workspace.hydrate",
+        json!({"host": local, "workspace": "w"}),
+    )
+    .unwrap();
+    assert!(
+        home.daemon_running(),
+        "the local agent once the app opened it"
+    );
+    app.request(
+        "host.open",
+        json!({"destination": alias, "ssh_config": config}),
+    );
+    eventually("the connection to the host the app opened", || {
+        connected().then_some(())
+    });
 }
