@@ -54,6 +54,18 @@ async fn the_windows_sidecar_passes_the_node_apps_contract_on_a_host_without_gli
     .await;
 }
 
+/// The same contract against an aarch64 host run under qemu (`tests/tests/ssh/arm64_host.rs`),
+/// where relay.exe's probe picks the aarch64 agent. Emulation makes it slow, not different.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs relay.exe and wine: run by deploy/check-desktops.sh"]
+async fn the_windows_sidecar_passes_the_node_apps_contract_on_an_arm64_host() {
+    node_apps_contract(HostSpec {
+        arch: Arch::Arm64,
+        ..HostSpec::default()
+    })
+    .await;
+}
+
 async fn node_apps_contract(spec: HostSpec) {
     let (exe, wine) = windows_relay();
     let host = SshHost::start_with(spec).await.unwrap();
