@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const ORIGINAL_ENV: &str = "RELAY_NOFILE_SOFT";
 
 /// Highest soft limit asked for when the hard limit is unlimited and the kernel's ceiling
-/// ([`nofile::ceiling`], above which `setrlimit` fails) cannot be read: Linux's default `nr_open`, 1,048,576.
+/// ([`nofile::ceiling`], above which `setrlimit` fails) cannot be read: Linux's default
+/// `nr_open`, 1,048,576.
 const UNLIMITED_CAP: u64 = 1 << 20;
 
 /// An original soft limit below this, carried in [`ORIGINAL_ENV`], is not believed: no program

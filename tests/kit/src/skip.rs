@@ -3,8 +3,8 @@
 
 use std::io::Write;
 
-/// The variable that turns a skip into a failure: `1` means every test must run (CI sets it in
-/// `.ci/run`, where the machine is known to give root, tmpfs and descriptors).
+/// The variable that turns a skip into a failure: `1` means every test must run
+/// (`deploy/test.sh`, the README's test command that CI runs, sets it unless it is `0`).
 pub const REQUIRE_PRIVILEGED: &str = "RELAY_TESTS_REQUIRE_PRIVILEGED";
 
 /// The variable naming a file each skip appends its line to (`deploy/test.sh` counts them).
@@ -31,7 +31,7 @@ pub fn skip(test: &str, need: &str) {
 /// it to `log`.
 fn record(line: &str, required: bool, log: Option<&std::path::Path>) {
     if required {
-        panic!("{line}; {REQUIRE_PRIVILEGED}=1 asks every test to run (unset it to skip)");
+        panic!("{line}; {REQUIRE_PRIVILEGED}=1 asks every test to run (set it to 0 to skip)");
     }
     eprintln!("{line}");
     if let Some(path) = log {
