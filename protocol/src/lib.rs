@@ -33,6 +33,7 @@ pub mod error;
 pub mod frame;
 pub mod hello;
 pub mod message;
+pub mod names;
 pub mod signal;
 pub mod types;
 
@@ -41,4 +42,5 @@ pub use error::{DecodeError, ErrorReply};
 pub use frame::{FrameCodec, DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK};
 pub use hello::{Capability, Hello, Limits, Welcome, MAGIC, PROTOCOL_MAJOR, PROTOCOL_MINOR};
 pub use message::{Message, Op, Push, Request, Response};
+pub use names::{check_pane_part, is_bidi_control, PanePartError, MAX_PANE_PART, PANE_PART_FORM};
 pub use types::*;

@@ -127,9 +127,6 @@ impl PaneArgs {
     }
 }
 
-/// Longest workspace or pane name, in bytes.
-pub const MAX_NAME: usize = 256;
-
 /// A word of `relay shell -- CMD ARGS`: text, or an error that says how to pass other bytes (the
 /// protocol carries commands as UTF-8; ssh would pass the bytes as they are).
 #[derive(Debug, Clone, Copy)]
@@ -160,24 +157,11 @@ impl clap::builder::TypedValueParser for CommandWord {
 }
 
 /// Checks a workspace or pane name: it becomes one part of the pane key `workspace/pane/0`, which
-/// `relayctl` must be able to address.
+/// `relayctl` must be able to address and print ([`relay_protocol::check_pane_part`]).
 fn name(s: &str) -> Result<String, String> {
-    const FORM: &str = "use a non-empty name without `/` or control characters, at most 256 bytes";
-    if s.is_empty() {
-        return Err(format!("the name is empty; {FORM}"));
-    }
-    if s.contains('/') {
-        return Err(format!(
-            "{s:?} contains `/`, which separates the parts of a pane key; {FORM}"
-        ));
-    }
-    if s.chars().any(char::is_control) {
-        return Err(format!("{s:?} contains a control character; {FORM}"));
-    }
-    if s.len() > MAX_NAME {
-        return Err(format!("the name is {} bytes long; {FORM}", s.len()));
-    }
-    Ok(s.to_string())
+    relay_protocol::check_pane_part(s)
+        .map(|()| s.to_string())
+        .map_err(|e| format!("{s:?}: {e}; use {}", relay_protocol::PANE_PART_FORM))
 }
 
 #[cfg(test)]
@@ -211,13 +195,14 @@ mod tests {
 
     #[test]
     fn pane_and_workspace_names_that_break_the_key_are_refused() {
-        let long = "x".repeat(MAX_NAME + 1);
+        let long = "x".repeat(relay_protocol::MAX_PANE_PART + 1);
         for bad in [
             &["shell", "--pane", "p/q"][..],
             &["shell", "-w", "", "--pane", "x"],
             &["shell", "--pane", ""],
             &["attach", "-w", "a\u{1b}b"],
             &["shell", "--pane", &long],
+            &["shell", "--pane", "main\u{202e}gol"],
         ] {
             let err = parse(bad).unwrap_err();
             assert_eq!(

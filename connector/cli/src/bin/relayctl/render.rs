@@ -182,11 +182,18 @@ pub fn cell(text: &str) -> String {
     }
 }
 
-/// `text` with control characters shown as `�` (text from the agent must not drive the
-/// terminal).
+/// `text` with control characters and bidirectional formatting characters shown as `�` (text
+/// from the agent must not drive the terminal, nor make a pane key or command read in another
+/// order than it is stored: [`relay_protocol::is_bidi_control`]).
 pub fn clean(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .map(|c| {
+            if c.is_control() || relay_protocol::is_bidi_control(c) {
+                '\u{fffd}'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

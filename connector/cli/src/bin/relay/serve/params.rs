@@ -42,14 +42,13 @@ impl<'a> Params<'a> {
     /// A required name (a workspace id): as one part of a pane key.
     pub fn name(&self, name: &str) -> Result<&'a str, RpcError> {
         let v = self.str(name)?;
-        if is_name(v) {
-            Ok(v)
-        } else {
-            Err(RpcError::params(format!(
-                "`{name}` must be a non-empty string without `/` or control characters, at \
-                 most 256 bytes"
-            )))
-        }
+        relay_protocol::check_pane_part(v).map_err(|e| {
+            RpcError::params(format!(
+                "`{name}` {e}; it must be {}",
+                relay_protocol::PANE_PART_FORM
+            ))
+        })?;
+        Ok(v)
     }
 
     /// A required non-empty string.
@@ -148,17 +147,34 @@ impl<'a> Params<'a> {
             .ok_or_else(|| RpcError::params("`cols` and `rows` must be integers 1..65535"))
     }
 
-    /// A pane key `{workspace, tab, leaf}`.
+    /// A pane key `{workspace, tab, leaf}`; other fields are refused.
     pub fn pane(&self, name: &str) -> Result<PaneKey, RpcError> {
         let v = self
             .field(name)
             .ok_or_else(|| RpcError::params(format!("`{name}` is missing")))?;
-        pane_of(v).ok_or_else(|| {
-            RpcError::params(format!(
-                "`{name}` must be {{\"workspace\", \"tab\", \"leaf\"}}, three non-empty strings \
-                 without `/` or control characters, at most 256 bytes each"
-            ))
-        })
+        Params(v)
+            .only(&["workspace", "tab", "leaf"])
+            .map_err(|e| RpcError::params(format!("in `{name}`: {}", e.message)))?;
+        let part = |k: &str| -> Result<&str, RpcError> {
+            let text = v.get(k).and_then(Value::as_str).ok_or_else(|| {
+                RpcError::params(format!(
+                    "`{name}` must be {{\"workspace\", \"tab\", \"leaf\"}}, three strings; \
+                     `{k}` is missing or not a string"
+                ))
+            })?;
+            relay_protocol::check_pane_part(text).map_err(|e| {
+                RpcError::params(format!(
+                    "`{name}.{k}`: {e}; each part must be {}",
+                    relay_protocol::PANE_PART_FORM
+                ))
+            })?;
+            Ok(text)
+        };
+        Ok(PaneKey::new(
+            part("workspace")?,
+            part("tab")?,
+            part("leaf")?,
+        ))
     }
 
     /// A PTY id `"<incarnation hex>.<counter>"`.
@@ -180,6 +196,7 @@ impl<'a> Params<'a> {
                 e.message
             ))
         };
+        inner.only(&["host", "pane", "pty"]).map_err(bad)?;
         let host = inner.str("host").map_err(bad)?.to_string();
         let pane = inner.pane("pane").map_err(bad)?;
         let pty = inner.pty("pty").map_err(bad)?;
@@ -198,21 +215,4 @@ fn size_of(v: &Value) -> Option<TermSize> {
         cols: dim("cols")?,
         rows: dim("rows")?,
     })
-}
-
-/// Longest part of a pane key, in bytes (as `relay --workspace/--pane`).
-const MAX_NAME: usize = 256;
-
-/// Whether `s` can be one part of a pane key.
-fn is_name(s: &str) -> bool {
-    !s.is_empty() && s.len() <= MAX_NAME && !s.contains('/') && !s.chars().any(char::is_control)
-}
-
-fn pane_of(v: &Value) -> Option<PaneKey> {
-    let part = |k: &str| v.get(k)?.as_str().filter(|s| is_name(s));
-    Some(PaneKey::new(
-        part("workspace")?,
-        part("tab")?,
-        part("leaf")?,
-    ))
 }

@@ -202,6 +202,10 @@ fn huge_and_hostile_names_are_cut_in_the_table_and_complete_in_json() {
     hostile.info.binding.pane = PaneKey::new("ws", "t\u{1b}]0;x\u{7}", "0");
     let t = leases_table(&[&hostile], false, 1_000_000);
     assert!(t.contains("ws/t\u{fffd}]0;x\u{fffd}/0"), "{t}");
+    // A right-to-left override would print `main/exe.txt/0` as something else.
+    hostile.info.binding.pane = PaneKey::new("ws", "main\u{202e}txt.exe", "0");
+    let t = leases_table(&[&hostile], false, 1_000_000);
+    assert!(t.contains("ws/main\u{fffd}txt.exe/0"), "{t}");
     let v: Value = serde_json::from_str(&leases_json(&[&huge])).unwrap();
     assert_eq!(v[0]["pane"]["workspace"].as_str().unwrap().len(), 400_000);
     assert_eq!(v[0]["pane"]["tab"], "t\u{1b}]0;x\u{7}");
