@@ -69,8 +69,12 @@ impl Sidecar {
     /// Writes one raw line (a newline is appended).
     pub fn send_line(&mut self, line: &[u8]) {
         let stdin = self.stdin.as_mut().expect("stdin still open");
-        stdin.write_all(line).expect("writing to the sidecar");
-        stdin.write_all(b"\n").expect("writing to the sidecar");
+        // One write per line: a line of at most 4 KiB then reaches the pipe whole, even beside
+        // another writer (`stdin_clone`).
+        let mut whole = Vec::with_capacity(line.len() + 1);
+        whole.extend_from_slice(line);
+        whole.push(b'\n');
+        stdin.write_all(&whole).expect("writing to the sidecar");
         stdin.flush().expect("writing to the sidecar");
     }
 
@@ -120,16 +124,37 @@ impl Sidecar {
                 Ok(m) if pick(&m) => return m,
                 Ok(m) => self.kept.push_back(m),
                 Err(RecvTimeoutError::Timeout) => {
-                    panic!("no {what} within {LIVENESS:?}; kept: {:?}", self.kept)
+                    panic!("no {what} within {LIVENESS:?}; {}", self.kept_summary())
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     panic!(
-                        "the sidecar closed stdout before {what}; kept: {:?}",
-                        self.kept
+                        "the sidecar closed stdout before {what}; {}",
+                        self.kept_summary()
                     )
                 }
             }
         }
+    }
+
+    /// The messages kept, for a failure message: all of them when few, else how many and the
+    /// last 20 that are not answers (a flood's answers would bury the rest).
+    fn kept_summary(&self) -> String {
+        const SHOWN: usize = 20;
+        if self.kept.len() <= SHOWN {
+            return format!("kept: {:?}", self.kept);
+        }
+        let mut notes: Vec<&Value> = self
+            .kept
+            .iter()
+            .rev()
+            .filter(|m| m.get("method").is_some())
+            .take(SHOWN)
+            .collect();
+        notes.reverse();
+        format!(
+            "kept {} messages; the last notifications or questions: {notes:?}",
+            self.kept.len()
+        )
     }
 
     /// The first message read so far that `pick` accepts, without waiting.
@@ -187,6 +212,14 @@ impl Sidecar {
         }
     }
 
+    /// How many messages read so far (kept, none taken) `pick` accepts, without waiting.
+    pub fn count_read(&mut self, pick: impl FnMut(&&Value) -> bool) -> usize {
+        while let Ok(m) = self.rx.try_recv() {
+            self.kept.push_back(m);
+        }
+        self.kept.iter().filter(pick).count()
+    }
+
     /// Sends notification `method` (no answer comes).
     pub fn notify(&mut self, method: &str, params: Value) {
         let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
@@ -199,9 +232,32 @@ impl Sidecar {
         self.send_line(msg.to_string().as_bytes());
     }
 
+    /// The sidecar's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A second handle on the sidecar's stdin, for a thread that writes beside the test (each
+    /// line in one `write` of at most 4 KiB, so lines of two writers never mix).
+    pub fn stdin_clone(&self) -> std::fs::File {
+        use std::os::fd::AsFd;
+        let stdin = self.stdin.as_ref().expect("stdin still open");
+        std::fs::File::from(stdin.as_fd().try_clone_to_owned().expect("dup stdin"))
+    }
+
     /// Closes stdin (the app quit) and waits up to [`LIVENESS`] for the sidecar's exit code.
     pub fn close(mut self) -> Option<i32> {
+        self.close_stdin();
+        self.wait_exit()
+    }
+
+    /// Closes stdin (the app quit); answers already on their way can still be read.
+    pub fn close_stdin(&mut self) {
         self.stdin = None;
+    }
+
+    /// Waits up to [`LIVENESS`] for the sidecar's exit code.
+    pub fn wait_exit(mut self) -> Option<i32> {
         let deadline = Instant::now() + LIVENESS;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {

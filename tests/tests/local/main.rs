@@ -16,6 +16,7 @@ mod restore;
 mod scale;
 mod screen;
 mod serve;
+mod serve_hostile;
 mod upgrade;
 mod upgrade_ids;
 mod upgrade_limit;

@@ -67,6 +67,7 @@ impl Server {
             HostEntry {
                 destination: destination.to_string(),
                 host,
+                listing: Arc::new(tokio::sync::Semaphore::new(super::LISTS_PER_HOST)),
             },
         );
         Ok(json!({"host": id, "existing": false}))

@@ -8,6 +8,7 @@
 //! what the sidecar remembers; only `pane.open` may spawn.
 //!
 //! - [`rpc`]: framing, bounded lines, the stdout writer, questions to the app.
+//! - [`calls`]: the calls in flight, bounded in number and bytes, each answered once.
 //! - [`params`]: reading a call's parameters; [`wire`]: JSON shapes and error codes.
 //! - `hosts`, `panes`, `workspace`: the methods.
 //!
@@ -15,6 +16,7 @@
 //! gets an error reply and nothing else happens. When stdin closes (the app quit or crashed)
 //! the sidecar exits; nothing on any host ends (rule A).
 
+pub mod calls;
 mod hosts;
 mod panes;
 pub mod params;
@@ -28,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use relay_connector::{Host, InputWriter};
 use relay_protocol::{Binding, PtyId, TermSize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -60,7 +63,12 @@ pub async fn run() -> anyhow::Result<u8> {
     // with the process; every PTY keeps running on its host (rule A), for the next sidecar to
     // hydrate and attach.
     tracing::info!("stdin closed; finishing accepted work, then relay serve exits");
-    let _ = tokio::time::timeout(EXIT_GRACE, server.finish()).await;
+    if tokio::time::timeout(EXIT_GRACE, server.finish())
+        .await
+        .is_err()
+    {
+        server.answer_unfinished().await;
+    }
     Ok(0)
 }
 
@@ -78,7 +86,7 @@ pub struct Server {
     /// lines (docs/embedding.md).
     next_host: AtomicU64,
     /// Calls running on their own tasks.
-    calls: tokio_util::task::TaskTracker,
+    calls: calls::Calls,
 }
 
 /// One opened host.
@@ -86,7 +94,18 @@ struct HostEntry {
     /// The `destination` the app gave (a second `host.open` of it returns this host).
     destination: String,
     host: Host,
+    /// Turns to ask the host for its lease list ([`LISTS_PER_HOST`]).
+    listing: Arc<tokio::sync::Semaphore>,
 }
+
+/// A call whose line is at least this long (1 MiB) gives the memory of its parameters back to
+/// the OS when it ends ([`relay_cli::sys::return_freed_memory`]).
+const LARGE_CALL: usize = 1 << 20;
+
+/// Lease lists (`workspace.hydrate`, `workspace.kill_all` of a workspace) asked of one host at
+/// once. The agent answers a connection's requests in order, so a keystroke sent behind a
+/// burst of lists waits for at most this many; the other calls wait in the sidecar.
+const LISTS_PER_HOST: usize = 4;
 
 /// One pane the app holds.
 struct PaneEntry {
@@ -146,15 +165,14 @@ impl Server {
             panes: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             next_host: AtomicU64::new(1),
-            calls: tokio_util::task::TaskTracker::new(),
+            calls: calls::Calls::new(),
         }
     }
 
     /// After stdin closed: waits for the calls under way, delivers every pane's queued input,
     /// and writes what is queued for stdout.
     async fn finish(&self) {
-        self.calls.close();
-        self.calls.wait().await;
+        self.calls.finish().await;
         let inputs: Vec<InputWriter> = self
             .panes()
             .values_mut()
@@ -162,6 +180,33 @@ impl Server {
             .collect();
         futures_util::future::join_all(inputs.into_iter().map(InputWriter::finish)).await;
         self.out.flush().await;
+    }
+
+    /// After [`EXIT_GRACE`]: answers every request still in flight with `timeout` (the app
+    /// may be reading still), waiting at most a second for stdout.
+    async fn answer_unfinished(&self) {
+        let unanswered = self.calls.unanswered();
+        tracing::info!(
+            calls = unanswered.len(),
+            "calls still in flight at exit answered with a timeout"
+        );
+        let answering = async {
+            for id in unanswered {
+                let err = RpcError::new(
+                    "timeout",
+                    format!(
+                        "relay serve is exiting (its stdin closed) and this call did not finish \
+                         within {} s; nothing is known of its outcome: ask the host again from \
+                         the next sidecar",
+                        EXIT_GRACE.as_secs()
+                    ),
+                )
+                .with("transient", json!(true));
+                self.out.reply(id, Err(err)).await;
+            }
+            self.out.flush().await;
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), answering).await;
     }
 
     fn next_id(&self) -> u64 {
@@ -179,12 +224,20 @@ impl Server {
 
     /// The host of id `id`.
     fn host(&self, id: &str) -> Result<Host, RpcError> {
-        self.hosts().get(id).map(|h| h.host.clone()).ok_or_else(|| {
-            RpcError::new(
-                "unknown_host",
-                format!("no host {id:?} is open in this sidecar; call host.open first"),
-            )
-        })
+        self.host_listing(id).map(|(host, _)| host)
+    }
+
+    /// The host of id `id` and its turns to list leases ([`LISTS_PER_HOST`]).
+    fn host_listing(&self, id: &str) -> Result<(Host, Arc<tokio::sync::Semaphore>), RpcError> {
+        self.hosts()
+            .get(id)
+            .map(|h| (h.host.clone(), h.listing.clone()))
+            .ok_or_else(|| {
+                RpcError::new(
+                    "unknown_host",
+                    format!("no host {id:?} is open in this sidecar; call host.open first"),
+                )
+            })
     }
 
     /// One line from the app.
@@ -197,26 +250,48 @@ impl Server {
                 }
             }
             Ok(Incoming::Request { id, method, params }) => {
-                self.run_call(Some(id), method, params).await
+                self.run_call(Some(id), method, params, line.len()).await
             }
             Ok(Incoming::Notification { method, params }) => {
-                self.run_call(None, method, params).await
+                self.run_call(None, method, params, line.len()).await
             }
         }
     }
 
     /// Runs one call inline (see [`INLINE`]) or on its own task, and answers it when it has an
-    /// id.
-    async fn run_call(self: &Arc<Self>, id: Option<Value>, method: String, params: Value) {
+    /// id. A call over the limits of [`calls`] is answered `busy` at once; `line_len` is the
+    /// length of its line in bytes.
+    async fn run_call(
+        self: &Arc<Self>,
+        id: Option<Value>,
+        method: String,
+        params: Box<RawValue>,
+        line_len: usize,
+    ) {
         if INLINE.contains(&method.as_str()) {
+            let params = rpc::params_value(&params);
             let outcome = self.call_inline(&method, Params(&params)).map(Answer::from);
             answer(&self.out, id, outcome).await;
             return;
         }
+        let admitted = match self.calls.admit(id.as_ref(), line_len) {
+            Ok(admitted) => admitted,
+            Err(busy) => return answer(&self.out, id, Err(busy)).await,
+        };
+        let request = id.is_some();
         let server = self.clone();
         self.calls.spawn(async move {
-            let outcome = server.call(&method, Params(&params)).await;
-            answer(&server.out, id, outcome).await;
+            let outcome = server.call(&method, params).await;
+            if line_len >= LARGE_CALL {
+                // Its parameters were a large JSON tree, freed by now.
+                relay_cli::sys::return_freed_memory();
+            }
+            match server.calls.claim(&admitted) {
+                Some(id) => answer(&server.out, Some(id), outcome).await,
+                // Already answered with a timeout at exit.
+                None if request => {}
+                None => answer(&server.out, None, outcome).await,
+            }
         });
     }
 
@@ -232,11 +307,17 @@ impl Server {
         }
     }
 
-    async fn call(self: &Arc<Self>, method: &str, p: Params<'_>) -> Outcome {
+    /// Runs a call that may wait; `params` are read as they are needed (and freed before it
+    /// waits, where they can be large).
+    async fn call(self: &Arc<Self>, method: &str, params: Box<RawValue>) -> Outcome {
+        if method == "workspace.kill_all" {
+            return self.kill_all(params).await.map(Answer::from);
+        }
+        let params = rpc::params_value(&params);
+        let p = Params(&params);
         match method {
             "host.close" => self.host_close(p).await.map(Answer::from),
             "workspace.hydrate" => self.hydrate(p).await.map(Answer::from),
-            "workspace.kill_all" => self.kill_all(p).await.map(Answer::from),
             "pane.open" => self.pane_open(p).await,
             "pane.attach" => self.pane_attach(p).await,
             "pane.signal" => self.pane_signal(p).await.map(Answer::from),

@@ -186,13 +186,19 @@ impl Server {
         let attached = within(&p, host_id, &host, attaching).await?;
         let handle = attached.map_err(|e| self.host_error(&host, e))?;
         let attached = handle.attached().clone();
+        // Without `resume_from` the snapshot stands for every byte before `replay_from`
+        // (docs/embedding.md); the agent counts only from an offset it was given.
+        let lost = match (from, lossless) {
+            (None, false) => attached.replay_from,
+            _ => attached.lost,
+        };
         let (binding, start) = self.hold(host_id, &host, handle);
         Ok(Answer {
             result: json!({
                 "binding": binding,
                 "replay_from": attached.replay_from,
                 "end": attached.end_offset,
-                "lost": attached.lost,
+                "lost": lost,
                 "size": wire::size_json(attached.size),
             }),
             then: Some(start),

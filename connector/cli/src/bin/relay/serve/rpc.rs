@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use relay_connector::LockExt;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -98,15 +99,15 @@ pub enum Incoming {
         id: Value,
         /// Method name.
         method: String,
-        /// Parameters (an object; `{}` when absent).
-        params: Value,
+        /// Parameters, still as text: an object, or `{}` when absent.
+        params: Box<RawValue>,
     },
     /// A call without id: no answer is sent, not even for errors (JSON-RPC §4.1).
     Notification {
         /// Method name.
         method: String,
-        /// Parameters.
-        params: Value,
+        /// Parameters, still as text.
+        params: Box<RawValue>,
     },
     /// The app's answer to a question the sidecar asked.
     Answer {
@@ -119,8 +120,11 @@ pub enum Incoming {
 
 /// Classifies one line. `Err` carries the error reply and the id to send it under (`null` when
 /// the line's id could not be read).
+///
+/// Only the top level is read into memory here; `params` stays text until the call runs (a
+/// parsed JSON tree takes up to ~20× its text, and a call may wait for its turn).
 pub fn parse(line: &[u8]) -> Result<Incoming, (Value, RpcError)> {
-    let value: Value = serde_json::from_slice(line).map_err(|e| {
+    let parse_error = |e: serde_json::Error| {
         let err = RpcError {
             rpc_code: codes::PARSE_ERROR,
             ..RpcError::new(
@@ -129,7 +133,7 @@ pub fn parse(line: &[u8]) -> Result<Incoming, (Value, RpcError)> {
             )
         };
         (Value::Null, err)
-    })?;
+    };
     let invalid = |id: Value, why: &str| {
         let err = RpcError {
             rpc_code: codes::INVALID_REQUEST,
@@ -140,14 +144,25 @@ pub fn parse(line: &[u8]) -> Result<Incoming, (Value, RpcError)> {
         };
         (id, err)
     };
-    let Value::Object(mut obj) = value else {
+    // Any JSON is read first, so that bad JSON is told apart from JSON that is not an object.
+    let top: &RawValue = serde_json::from_slice(line).map_err(parse_error)?;
+    let Ok(mut obj) = serde_json::from_str::<HashMap<String, &RawValue>>(top.get()) else {
         return Err(invalid(Value::Null, "expected an object"));
     };
-    let id = obj.remove("id");
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    let value = |raw: &RawValue| serde_json::from_str::<Value>(raw.get()).unwrap_or_default();
+    let id = obj.remove("id").map(value);
+    if obj.get("jsonrpc").map(|raw| value(raw)) != Some(json!("2.0")) {
         return Err(invalid(id.unwrap_or_default(), "`jsonrpc` must be \"2.0\""));
     }
-    if !obj.contains_key("method") && (obj.contains_key("result") || obj.contains_key("error")) {
+    let answers = obj.contains_key("result") || obj.contains_key("error");
+    if obj.contains_key("method") && answers {
+        return Err(invalid(
+            Value::Null,
+            "a message has both `method` and `result`/`error`; a request has `method`, an \
+             answer has `result` or `error`",
+        ));
+    }
+    if answers {
         let Some(id) = id.as_ref().and_then(Value::as_u64) else {
             return Err(invalid(
                 Value::Null,
@@ -155,17 +170,18 @@ pub fn parse(line: &[u8]) -> Result<Incoming, (Value, RpcError)> {
             ));
         };
         let outcome = match obj.remove("error") {
-            Some(e) => Err(e),
-            None => Ok(obj.remove("result").unwrap_or_default()),
+            Some(e) => Err(value(e)),
+            None => Ok(obj.remove("result").map(value).unwrap_or_default()),
         };
         return Ok(Incoming::Answer { id, outcome });
     }
-    let Some(Value::String(method)) = obj.remove("method") else {
+    let Some(Value::String(method)) = obj.remove("method").map(value) else {
         return Err(invalid(id.unwrap_or_default(), "`method` must be a string"));
     };
     let params = match obj.remove("params") {
-        None | Some(Value::Null) => json!({}),
-        Some(p @ Value::Object(_)) => p,
+        None => empty_params(),
+        Some(raw) if raw.get() == "null" => empty_params(),
+        Some(raw) if raw.get().starts_with('{') => raw.to_owned(),
         Some(_) => {
             let err = RpcError::params("`params` must be an object (named parameters)");
             return Err((id.unwrap_or_default(), err));
@@ -173,11 +189,27 @@ pub fn parse(line: &[u8]) -> Result<Incoming, (Value, RpcError)> {
     };
     match id {
         None => Ok(Incoming::Notification { method, params }),
+        Some(Value::Number(n)) if !(n.is_u64() || n.is_i64()) => Err(invalid(
+            Value::Null,
+            "a numeric `id` must be an integer of at most 64 bits (no fraction, no exponent), \
+             so that it comes back exactly; use a string id otherwise",
+        )),
         Some(id @ (Value::String(_) | Value::Number(_))) => {
             Ok(Incoming::Request { id, method, params })
         }
-        Some(_) => Err(invalid(Value::Null, "`id` must be a string or a number")),
+        Some(_) => Err(invalid(Value::Null, "`id` must be a string or an integer")),
     }
+}
+
+/// `{}` as parameters.
+fn empty_params() -> Box<RawValue> {
+    RawValue::from_string("{}".to_string()).expect("{} is JSON")
+}
+
+/// Parameters as a JSON tree, read when the call runs.
+pub fn params_value(params: &RawValue) -> Value {
+    // Read once already (`parse` checked the whole line), so this cannot fail.
+    serde_json::from_str(params.get()).unwrap_or_default()
 }
 
 /// Reads lines of at most [`MAX_LINE`] bytes. An over-long line is reported once and skipped;
@@ -408,6 +440,10 @@ mod tests {
     fn lines_are_classified_and_bad_ones_named() {
         let ok = parse(br#"{"jsonrpc":"2.0","id":7,"method":"host.open","params":{"a":1}}"#);
         assert!(matches!(ok, Ok(Incoming::Request { ref method, .. }) if method == "host.open"));
+        let big = parse(br#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"x"}"#);
+        assert!(matches!(big, Ok(Incoming::Request { id, .. }) if id == json!(u64::MAX)));
+        let negative = parse(br#"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"x"}"#);
+        assert!(matches!(negative, Ok(Incoming::Request { id, .. }) if id == json!(i64::MIN)));
         let note = parse(br#"{"jsonrpc":"2.0","method":"pane.ack"}"#);
         assert!(matches!(note, Ok(Incoming::Notification { .. })));
         let answer = parse(br#"{"jsonrpc":"2.0","id":3,"result":{"accept":true}}"#);
@@ -431,6 +467,23 @@ mod tests {
                 br#"{"jsonrpc":"2.0","id":"a","method":"x","params":[1]}"#,
                 "invalid_params",
                 json!("a"),
+            ),
+            // Would come back as 1.8446744073709552e19, an id the app never sent.
+            (
+                br#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"x"}"#,
+                "invalid_request",
+                Value::Null,
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+                "invalid_request",
+                Value::Null,
+            ),
+            // Neither a request to run nor an answer to take.
+            (
+                br#"{"jsonrpc":"2.0","id":4,"method":"pane.kill","result":{}}"#,
+                "invalid_request",
+                Value::Null,
             ),
         ] {
             let (got_id, err) = parse(line).unwrap_err();

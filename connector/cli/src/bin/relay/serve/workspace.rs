@@ -2,15 +2,17 @@
 //! and `workspace.kill_all` (an exact snapshot, ended with an honest summary).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use relay_connector::{Host, KillSummary};
 use relay_protocol::message::{EndOutcome, EndWhen};
 use relay_protocol::{Binding, LeaseInfo, LeaseState, PaneKey};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::params::Params;
-use super::rpc::RpcError;
+use super::rpc::{self, RpcError};
 use super::wire;
 use super::Server;
 
@@ -26,10 +28,23 @@ pub(super) async fn within<T>(
     host: &Host,
     call: impl std::future::Future<Output = T>,
 ) -> Result<T, RpcError> {
-    let bound = p
-        .opt_u64("timeout_ms")?
+    within_bound(wait_bound(p)?, host_id, host, call).await
+}
+
+/// The call's `timeout_ms` (default 30 s).
+fn wait_bound(p: &Params<'_>) -> Result<Duration, RpcError> {
+    Ok(p.opt_u64("timeout_ms")?
         .map(Duration::from_millis)
-        .unwrap_or(WAIT_WITHIN);
+        .unwrap_or(WAIT_WITHIN))
+}
+
+/// [`within`] with the bound already read.
+async fn within_bound<T>(
+    bound: Duration,
+    host_id: &str,
+    host: &Host,
+    call: impl std::future::Future<Output = T>,
+) -> Result<T, RpcError> {
     tokio::time::timeout(bound, call).await.map_err(|_| {
         let state = host.state().borrow().to_string();
         RpcError::new(
@@ -52,9 +67,9 @@ impl Server {
     pub(super) async fn hydrate(&self, p: Params<'_>) -> Result<Value, RpcError> {
         p.only(&["host", "workspace", "timeout_ms"])?;
         let host_id = p.str("host")?;
-        let host = self.host(host_id)?;
+        let (host, listing) = self.host_listing(host_id)?;
         let workspace = host.workspace(p.name("workspace")?);
-        let leases = within(&p, host_id, &host, workspace.leases()).await?;
+        let leases = within(&p, host_id, &host, list(&listing, &workspace)).await?;
         let leases = leases.map_err(|e| self.host_error(&host, e))?;
         let panes: Vec<Value> = current_leases(leases)
             .into_iter()
@@ -78,34 +93,32 @@ impl Server {
     /// The targets are snapshotted once (every running pane of the workspace, or exactly the
     /// bindings given); exactly those are ended, protected ones refused; nothing created later
     /// is touched, and nothing is swept by listing again.
-    pub(super) async fn kill_all(&self, p: Params<'_>) -> Result<Value, RpcError> {
-        p.only(&["host", "workspace", "panes", "timeout_ms"])?;
-        let host_id = p.str("host")?;
-        let host = self.host(host_id)?;
-        if p.0.get("panes").is_some() && p.0.get("workspace").is_some() {
-            return Err(RpcError::params(
-                "give `workspace` (all its running panes) or `panes` (exact bindings), not both",
-            ));
-        }
-        let targets: Vec<Binding> = match p.0.get("panes") {
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|item| {
-                    let wrapped = json!({ "b": item });
-                    let (h, binding) = Params(&wrapped).binding("b")?;
-                    if h != host_id {
-                        return Err(RpcError::params(format!(
-                            "binding {binding} belongs to host {h:?}, not {host_id:?}"
-                        )));
-                    }
-                    Ok(binding)
-                })
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err(RpcError::params("`panes` must be an array of bindings")),
-            None => {
-                let workspace = host.workspace(p.name("workspace")?);
-                let leases = within(&p, host_id, &host, workspace.leases()).await?;
-                let leases = leases.map_err(|e| self.host_error(&host, e))?;
+    ///
+    /// `params` are read here and their JSON tree freed before waiting for the host: a list of
+    /// bindings takes ~20× its text as a tree, ~150 bytes a binding once read.
+    pub(super) async fn kill_all(&self, params: Box<RawValue>) -> Result<Value, RpcError> {
+        let KillAll {
+            host_id,
+            host,
+            listing,
+            bound,
+            targets,
+        } = {
+            let large = params.get().len() >= super::LARGE_CALL;
+            let tree = rpc::params_value(&params);
+            drop(params);
+            let request = self.kill_all_request(Params(&tree));
+            drop(tree);
+            if large {
+                relay_cli::sys::return_freed_memory();
+            }
+            request?
+        };
+        let targets = match targets {
+            Targets::Exact(bindings) => bindings,
+            Targets::Workspace(workspace) => {
+                let leases = within_bound(bound, &host_id, &host, list(&listing, &workspace));
+                let leases = leases.await?.map_err(|e| self.host_error(&host, e))?;
                 leases
                     .into_iter()
                     .filter(|l| matches!(l.state, LeaseState::Attached | LeaseState::Detached))
@@ -113,14 +126,80 @@ impl Server {
                     .collect()
             }
         };
-        let session = within(&p, host_id, &host, host.session()).await?;
+        let session = within_bound(bound, &host_id, &host, host.session()).await?;
         let session = session.map_err(|e| self.host_error(&host, e))?;
         let summary = session
             .kill_all(&targets, EndWhen::Unprotected)
             .await
             .map_err(|e| wire::from_error(&e))?;
-        Ok(summary_json(host_id, &summary))
+        Ok(summary_json(&host_id, &summary))
     }
+
+    /// Reads a `workspace.kill_all` call.
+    fn kill_all_request(&self, p: Params<'_>) -> Result<KillAll, RpcError> {
+        p.only(&["host", "workspace", "panes", "timeout_ms"])?;
+        let host_id = p.str("host")?;
+        let (host, listing) = self.host_listing(host_id)?;
+        if p.0.get("panes").is_some() && p.0.get("workspace").is_some() {
+            return Err(RpcError::params(
+                "give `workspace` (all its running panes) or `panes` (exact bindings), not both",
+            ));
+        }
+        let targets = match p.0.get("panes") {
+            Some(Value::Array(items)) => Targets::Exact(
+                items
+                    .iter()
+                    .map(|item| {
+                        let wrapped = json!({ "b": item });
+                        let (h, binding) = Params(&wrapped).binding("b")?;
+                        if h != host_id {
+                            return Err(RpcError::params(format!(
+                                "binding {binding} belongs to host {h:?}, not {host_id:?}"
+                            )));
+                        }
+                        Ok(binding)
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            Some(_) => return Err(RpcError::params("`panes` must be an array of bindings")),
+            None => Targets::Workspace(host.workspace(p.name("workspace")?)),
+        };
+        Ok(KillAll {
+            host_id: host_id.to_string(),
+            host,
+            listing,
+            bound: wait_bound(&p)?,
+            targets,
+        })
+    }
+}
+
+/// A `workspace.kill_all` call, read.
+struct KillAll {
+    host_id: String,
+    host: Host,
+    listing: Arc<tokio::sync::Semaphore>,
+    bound: Duration,
+    targets: Targets,
+}
+
+/// What `workspace.kill_all` ends.
+enum Targets {
+    /// Exactly these bindings.
+    Exact(Vec<Binding>),
+    /// Every running pane of this workspace, listed once.
+    Workspace(relay_connector::Workspace),
+}
+
+/// The workspace's leases, asked of the host when one of its turns to list is free
+/// (`LISTS_PER_HOST`).
+async fn list(
+    listing: &tokio::sync::Semaphore,
+    workspace: &relay_connector::Workspace,
+) -> Result<Vec<LeaseInfo>, relay_connector::Error> {
+    // Never closed: the semaphore lives as long as its host entry.
+    let _turn = listing.acquire().await;
+    workspace.leases().await
 }
 
 /// The current lease of each pane key: a running one if there is one, else the newest.
