@@ -159,6 +159,80 @@ fn is_flood_answer(m: &Value) -> bool {
     m.get("method").is_none() && m["id"].as_str().is_some_and(|id| id.starts_with('f'))
 }
 
+/// An app that floods calls and stops reading stdout feels it on its own pipe: once the
+/// answers waiting for it fill the sidecar's queue, the sidecar stops reading stdin, so the
+/// app's writes block, and the sidecar's memory stays flat (before the bounds, 1.38 GB for
+/// 100,000 hydrates). When the app reads again, every call is answered.
+#[test]
+fn an_app_that_stops_reading_is_held_back_on_its_own_pipe() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const FLOOD: usize = 100_000;
+    let home = TestHome::new();
+    let mut child = home
+        .command(&relay_tests::bins().relay)
+        .args(["serve", "--stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let guard = KillOnDrop(&mut child);
+    let mut stdin = guard.0.stdin.take().unwrap();
+    let stdout = guard.0.stdout.take().unwrap();
+    let pid = guard.0.id();
+    let written = Arc::new(AtomicUsize::new(0));
+    let counter = written.clone();
+    let writer = std::thread::spawn(move || {
+        let open = json!({"jsonrpc": "2.0", "id": "open", "method": "host.open",
+                          "params": {"destination": "local"}});
+        stdin.write_all(format!("{open}\n").as_bytes()).unwrap();
+        for i in 0..FLOOD {
+            let line = json!({"jsonrpc": "2.0", "id": i, "method": "workspace.hydrate",
+                              "params": {"host": "h1", "workspace": "w"}});
+            stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+            counter.store(i + 1, Ordering::Relaxed);
+        }
+    });
+    // Held back: the count of lines written stops growing well before the end.
+    let mut last = usize::MAX;
+    let held = relay_tests::eventually("the app's writes to be held back", || {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = written.load(Ordering::Relaxed);
+        let still = now == last;
+        last = now;
+        still.then_some(now)
+    });
+    let (peak_kib, _) = memory_kib(pid);
+    eprintln!("held back after {held} of {FLOOD} lines; peak {peak_kib} KiB");
+    assert!(held < FLOOD / 2, "held back only after {held} lines");
+    assert!(peak_kib < 64 * 1024, "peak memory {peak_kib} KiB");
+
+    // Reading again: every call answered, once.
+    let mut answered = std::collections::HashSet::new();
+    for line in BufReader::new(stdout).lines() {
+        let m: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if let Some(id) = m["id"].as_u64() {
+            assert!(answered.insert(id), "{id} answered twice");
+            if answered.len() == FLOOD {
+                break;
+            }
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(answered.len(), FLOOD);
+}
+
+/// Kills the child when the test ends, however it ends.
+struct KillOnDrop<'a>(&'a mut std::process::Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Large calls are bounded by the bytes of their lines: 16 `workspace.kill_all` calls of
 /// ~3 MB each (30,000 bindings), sent at a host that never answers so none of them finishes
 /// soon. Each held ~60 MB of parsed parameters while it waited; before the bounds the sidecar
