@@ -25,8 +25,9 @@ pub const PROTOCOL_MAJOR: u16 = 1;
 /// `SetPolicy`, `Inspect`, `End`, `Replace`, `Forget` (capability [`Capability::LIFECYCLE`]);
 /// 1.5 added live upgrade, `UpgradeInfo`/`Upgrade` and `ErrorReply::UpgradeRefused`
 /// (capability [`Capability::UPGRADE`]); 1.6 added lossless delivery, `OpenLossless`/
-/// `AttachLossless` (capability [`Capability::LOSSLESS`]).
-pub const PROTOCOL_MINOR: u16 = 6;
+/// `AttachLossless` (capability [`Capability::LOSSLESS`]); 1.7 added `ListWorkspace`, one
+/// workspace's leases (capability [`Capability::LIST_WORKSPACE`]).
+pub const PROTOCOL_MINOR: u16 = 7;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -61,6 +62,9 @@ impl Capability {
     /// than its ring can hold without dropping a byte the subscriber has not acknowledged
     /// (protocol 1.6).
     pub const LOSSLESS: &'static str = "lossless";
+    /// `ListWorkspace`: the leases of one workspace, without listing every lease the agent
+    /// ever held (protocol 1.7).
+    pub const LIST_WORKSPACE: &'static str = "list-workspace";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
@@ -75,6 +79,7 @@ impl Capability {
             Self::LIFECYCLE,
             Self::UPGRADE,
             Self::LOSSLESS,
+            Self::LIST_WORKSPACE,
         ]
         .into_iter()
         .map(|c| Capability(c.to_string()))

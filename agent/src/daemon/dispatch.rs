@@ -40,6 +40,9 @@ pub async fn dispatch(session: &mut Session, id: u64, req: Request) -> Option<Re
         Request::ListLeases(_) => Ok(Response::Leases(Leases {
             leases: session.list_leases(),
         })),
+        Request::ListWorkspace(w) => Ok(Response::Leases(Leases {
+            leases: session.list_workspace(&w.workspace),
+        })),
         Request::Ack(a) => {
             session.ack(a);
             return None;

@@ -19,7 +19,7 @@ use relay_protocol::message::LeaseCounts;
 use crate::lifecycle::LeasePolicy;
 use relay_protocol::{
     Binding, EndReason, ErrorReply, ExitStatus, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId,
-    TermSize,
+    TermSize, WorkspaceId,
 };
 
 /// Default number of ended leases remembered.
@@ -460,6 +460,23 @@ impl LeaseTable {
     /// Every lease, sorted by pane key, then oldest first.
     pub fn leases(&self) -> impl Iterator<Item = &Lease> {
         self.panes.values().flatten()
+    }
+
+    /// The leases of `workspace`'s pane keys, in the order of [`LeaseTable::leases`]. Found by
+    /// range (pane keys order by workspace first): the other workspaces' leases are not visited.
+    pub fn workspace_leases<'a>(
+        &'a self,
+        workspace: &'a WorkspaceId,
+    ) -> impl Iterator<Item = &'a Lease> + 'a {
+        let first = PaneKey {
+            workspace: workspace.clone(),
+            tab: String::new(),
+            leaf: String::new(),
+        };
+        self.panes
+            .range(first..)
+            .take_while(move |(key, _)| key.workspace == *workspace)
+            .flat_map(|(_, leases)| leases)
     }
 
     /// Lease counts by state.

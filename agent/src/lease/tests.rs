@@ -425,3 +425,45 @@ fn a_superseded_lease_is_a_target_but_not_bound() {
         "another pane's key"
     );
 }
+
+/// `workspace_leases` gives exactly the leases `leases` gives for that workspace, in the same
+/// order, also next to workspaces whose names share a prefix or sort right before or after it.
+#[test]
+fn a_workspace_lists_exactly_its_own_leases() {
+    let mut t = LeaseTable::new(INC, 100);
+    for ws in ["w", "w ", "w/", "v~", "wx", "a", "w\u{7f}"] {
+        for tab in ["", "t", "zz"] {
+            let id = t.mint();
+            let key = PaneKey::new(ws, tab, "0");
+            t.insert(Lease::live(Binding { pane: key, pty: id }, None, vec![], 0))
+                .unwrap();
+            if tab == "t" {
+                t.end(&id, None, EndReason::Exited, 1);
+                let again = t.mint();
+                let key = PaneKey::new(ws, tab, "0");
+                t.insert(Lease::live(
+                    Binding {
+                        pane: key,
+                        pty: again,
+                    },
+                    None,
+                    vec![],
+                    2,
+                ))
+                .unwrap();
+            }
+        }
+    }
+    for ws in ["w", "w ", "wx", "a", "v~", "absent", ""] {
+        let id = WorkspaceId(ws.to_string());
+        let got: Vec<PtyId> = t.workspace_leases(&id).map(|l| l.binding.pty).collect();
+        let want: Vec<PtyId> = t
+            .leases()
+            .filter(|l| l.binding.pane.workspace == id)
+            .map(|l| l.binding.pty)
+            .collect();
+        assert_eq!(got, want, "workspace {ws:?}");
+        let expected = if ["absent", ""].contains(&ws) { 0 } else { 4 };
+        assert_eq!(got.len(), expected, "workspace {ws:?}");
+    }
+}

@@ -39,13 +39,13 @@ use std::time::Instant;
 
 use dashmap::DashMap;
 use relay_protocol::message::{Forgot, Status};
-use relay_protocol::{ErrorReply, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId};
+use relay_protocol::{ErrorReply, Incarnation, LeaseInfo, LeaseState, PaneKey, PtyId, WorkspaceId};
 
 pub use attach::Attachment;
 
 use crate::config::Config;
 use crate::lease::journal::{self, Journal, LoadReport, Record};
-use crate::lease::LeaseTable;
+use crate::lease::{Lease, LeaseTable};
 use crate::lifecycle::Timers;
 use crate::limits::FrameBudget;
 use crate::now_ms;
@@ -254,8 +254,19 @@ impl State {
     /// Every lease, live figures filled in, sorted by pane key then PTY id.
     pub fn leases(&self) -> Vec<LeaseInfo> {
         let book = self.book();
-        let mut out: Vec<LeaseInfo> = book
-            .leases()
+        self.infos(book.leases())
+    }
+
+    /// The leases of `workspace`'s pane keys, as [`State::leases`] lists them
+    /// (`ListWorkspace`); the book's other workspaces are not visited.
+    pub fn workspace_leases(&self, workspace: &WorkspaceId) -> Vec<LeaseInfo> {
+        let book = self.book();
+        self.infos(book.workspace_leases(workspace))
+    }
+
+    /// The infos of `leases` with their PTYs' live figures, sorted by pane key then PTY id.
+    fn infos<'a>(&self, leases: impl Iterator<Item = &'a Lease>) -> Vec<LeaseInfo> {
+        let mut out: Vec<LeaseInfo> = leases
             .map(|l| {
                 let mut info = l.info();
                 if let Some(pty) = self.pty(&l.binding.pty) {

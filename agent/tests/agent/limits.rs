@@ -167,3 +167,46 @@ fn foreground_daemon_logs_plain_text_to_a_pipe() {
     assert!(err.contains("listening on"), "{err}");
     assert!(!err.contains('\u{1b}'), "escape codes in: {err:?}");
 }
+
+/// `ListWorkspace` answers one workspace's leases (ended ones included) exactly as `ListLeases`
+/// lists them, and none of a workspace whose name only starts the same: a desktop app that
+/// hydrates a workspace no longer receives every lease the agent ever held.
+#[test]
+fn list_workspace_answers_exactly_that_workspaces_leases() {
+    use relay_protocol::message::ListWorkspace;
+    use relay_protocol::WorkspaceId;
+    let home = Home::new();
+    home.start_daemon();
+    let mut c = home.client();
+    for ws in ["a", "ab", "b"] {
+        for tab in ["t1", "t2"] {
+            c.create(&PaneKey::new(ws, tab, "0"), &["sleep", "600"]);
+        }
+    }
+    let gone = c.create(&PaneKey::new("a", "quick", "0"), &["true"]);
+    assert!(wait_until(WAIT, || {
+        c.lease(gone.binding.pty).state == relay_protocol::LeaseState::Ended
+    }));
+    let all = c.leases();
+    for ws in ["a", "ab", "b", "none"] {
+        let got = match c.request(Request::ListWorkspace(ListWorkspace {
+            workspace: WorkspaceId(ws.into()),
+        })) {
+            Response::Leases(l) => l.leases,
+            other => panic!("expected Leases, got {other:?}"),
+        };
+        let want: Vec<_> = all
+            .iter()
+            .filter(|l| l.binding.pane.workspace.0 == ws)
+            .cloned()
+            .collect();
+        assert_eq!(got, want, "workspace {ws}");
+    }
+    assert_eq!(
+        all.iter()
+            .filter(|l| l.binding.pane.workspace.0 == "a")
+            .count(),
+        3,
+        "two running and one ended"
+    );
+}

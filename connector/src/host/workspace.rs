@@ -78,11 +78,10 @@ impl Workspace {
     /// superseded). Never creates anything.
     ///
     /// # Errors
-    /// As [`Host::session`] and [`Session::list_leases`](crate::Session::list_leases).
+    /// As [`Host::session`] and
+    /// [`Session::list_workspace_leases`](crate::Session::list_workspace_leases).
     pub async fn leases(&self) -> Result<Vec<LeaseInfo>, Error> {
         let session = self.host.session().await?;
-        let mut leases = session.list_leases().await?;
-        leases.retain(|l| l.binding.pane.workspace == self.id);
-        Ok(leases)
+        session.list_workspace_leases(&self.id).await
     }
 }

@@ -32,11 +32,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use relay_protocol::message::{
-    Detach, Input, InputSeq, Kill, ListLeases, Ping, Protect, Resize, Signal, Status, StatusRequest,
+    Detach, Input, InputSeq, Kill, ListLeases, ListWorkspace, Ping, Protect, Resize, Signal,
+    Status, StatusRequest,
 };
 use relay_protocol::{
     Binding, Capability, FrameCodec, LeaseInfo, PtyId, Request, Response, TermSize, Welcome,
-    DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK,
+    WorkspaceId, DEFAULT_MAX_FRAME, MAX_OUTPUT_CHUNK,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -442,6 +443,32 @@ impl Session {
         match self.call(Request::ListLeases(ListLeases {})).await? {
             Response::Leases(l) => Ok(l.leases),
             other => Err(unexpected("list leases", other.op())),
+        }
+    }
+
+    /// The leases of `workspace`'s pane keys, including ended and superseded ones, sorted by
+    /// pane key then PTY id. Asks for that workspace alone where the agent can
+    /// (`ListWorkspace`, capability `list-workspace`, protocol 1.7), so the answer does not
+    /// grow with the other workspaces' history; an older agent lists every lease and this
+    /// keeps the workspace's. Never creates anything.
+    ///
+    /// # Errors
+    /// As [`Session::list_leases`].
+    pub async fn list_workspace_leases(
+        &self,
+        workspace: &WorkspaceId,
+    ) -> Result<Vec<LeaseInfo>, Error> {
+        if !self.inner.welcome.has(Capability::LIST_WORKSPACE) {
+            let mut leases = self.list_leases().await?;
+            leases.retain(|l| l.binding.pane.workspace == *workspace);
+            return Ok(leases);
+        }
+        let request = Request::ListWorkspace(ListWorkspace {
+            workspace: workspace.clone(),
+        });
+        match self.call(request).await? {
+            Response::Leases(l) => Ok(l.leases),
+            other => Err(unexpected("list a workspace's leases", other.op())),
         }
     }
 

@@ -271,3 +271,47 @@ async fn a_refused_policy_fails_the_connect_with_the_agents_message() {
         "{msg}"
     );
 }
+
+/// One workspace's leases: asked as `ListWorkspace` of an agent with `list-workspace`, so its
+/// answer does not carry the other workspaces' history; of an older agent, as `ListLeases`,
+/// keeping that workspace's rows.
+#[tokio::test]
+async fn a_workspace_is_listed_alone_where_the_agent_can() {
+    use relay_protocol::message::Leases;
+    use relay_protocol::{LeaseState, PaneKey, WorkspaceId};
+    let lease = |ws: &str, counter| {
+        let mut b = binding_of("l", counter);
+        b.pane = PaneKey::new(ws, "t", "l");
+        relay_testkit::lease(b, LeaseState::Detached)
+    };
+    let w = WorkspaceId("w".into());
+
+    let (session, mut peer) = connect(&[Capability::PTY, Capability::LIST_WORKSPACE]).await;
+    let asking = tokio::spawn({
+        let (session, w) = (session.clone(), w.clone());
+        async move { session.list_workspace_leases(&w).await }
+    });
+    let (id, req) = next_request(&mut peer).await;
+    match req {
+        Request::ListWorkspace(l) => assert_eq!(l.workspace, w),
+        other => panic!("expected ListWorkspace, got {:?}", other.op()),
+    }
+    let rows = vec![lease("w", 1), lease("w", 2)];
+    let leases = Response::Leases(Leases {
+        leases: rows.clone(),
+    });
+    reply(&mut peer, id, leases).await;
+    assert_eq!(asking.await.unwrap().unwrap(), rows);
+
+    let (session, mut peer) = connect(&[Capability::PTY]).await;
+    let asking = tokio::spawn({
+        let (session, w) = (session.clone(), w.clone());
+        async move { session.list_workspace_leases(&w).await }
+    });
+    let (id, req) = next_request(&mut peer).await;
+    assert!(matches!(req, Request::ListLeases(_)), "{:?}", req.op());
+    let all = vec![lease("v", 1), lease("w", 2), lease("wx", 3), lease("w", 4)];
+    reply(&mut peer, id, Response::Leases(Leases { leases: all })).await;
+    let got = asking.await.unwrap().unwrap();
+    assert_eq!(got, vec![lease("w", 2), lease("w", 4)]);
+}

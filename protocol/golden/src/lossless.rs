@@ -1,10 +1,13 @@
 //! Golden rows for lossless delivery (protocol 1.6, capability `lossless`): `OpenLossless` and
-//! `AttachLossless` carry the bodies of `Open` and `Attach` under op codes of their own. Split
-//! from `mod.rs` only to keep the table readable; same helpers, same rules.
+//! `AttachLossless` carry the bodies of `Open` and `Attach` under op codes of their own; and
+//! for `ListWorkspace` (protocol 1.7, capability `list-workspace`). Split from `mod.rs` only to
+//! keep the table readable; same helpers, same rules.
 
 use super::*;
+use relay_protocol::message::ListWorkspace;
+use relay_protocol::WorkspaceId;
 
-/// Lossless samples, in op-code order.
+/// Lossless and later samples, in op-code order.
 pub fn lossless_cases() -> Vec<Golden> {
     vec![
         golden(
@@ -39,6 +42,17 @@ pub fn lossless_cases() -> Vec<Golden> {
                 }),
             ),
             "33 27 18 03617069027431026c32 01ef9bafcdf8acd1910107 01ac02",
+        ),
+        // Protocol 1.7, capability `list-workspace`: the body is the workspace's name.
+        golden(
+            "list_workspace",
+            req(
+                52,
+                Request::ListWorkspace(ListWorkspace {
+                    workspace: WorkspaceId("api".into()),
+                }),
+            ),
+            "34 28 04 03617069",
         ),
     ]
 }

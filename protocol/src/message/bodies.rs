@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::types::{
     Binding, EndReason, ExitStatus, Incarnation, LeaseInfo, PaneKey, PtyId, Resume, ScreenEvent,
-    SpawnSpec, TermSize,
+    SpawnSpec, TermSize, WorkspaceId,
 };
 
 /// Keep-alive probe; the agent answers [`Pong`] with the same nonce.
@@ -229,7 +229,16 @@ pub struct Detach {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListLeases {}
 
-/// Answer to [`ListLeases`].
+/// List the leases of one workspace, including ended ones and those of earlier incarnations
+/// (protocol 1.7, capability `list-workspace`): what [`ListLeases`] lists, only the pane keys
+/// of `workspace`, found without going through the others.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListWorkspace {
+    /// The workspace.
+    pub workspace: WorkspaceId,
+}
+
+/// Answer to [`ListLeases`] and [`ListWorkspace`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Leases {
     /// All leases, sorted by pane key then PTY id.

@@ -74,6 +74,7 @@ ops! {
     Upgrade = 0x0025,
     OpenLossless = 0x0026,
     AttachLossless = 0x0027,
+    ListWorkspace = 0x0028,
     Done = 0x8000,
     Welcome = 0x8001,
     Pong = 0x8002,
@@ -162,6 +163,7 @@ message_enum! {
         Upgrade(Upgrade),
         OpenLossless(Open),
         AttachLossless(Attach),
+        ListWorkspace(ListWorkspace),
     }
 }
 

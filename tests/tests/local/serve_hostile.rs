@@ -65,17 +65,17 @@ fn memory_kib(pid: u32) -> (u64, u64) {
 /// the limit it started a task per line: 100,000 such calls took the sidecar from 10 MB to
 /// 855 MB, and a keystroke typed meanwhile waited seconds behind the hydrates queued at the
 /// agent). Now every call is answered — a list, or `busy` — the sidecar's peak memory stays
-/// under 128 MiB, and a keystroke typed in the middle of the flood is echoed within a second
-/// (it waits behind at most 4 lease lists at the agent, whose history here holds 200 ended
-/// leases).
+/// under 128 MiB, and a keystroke typed in the middle of the flood is echoed within 2 s: it
+/// waits behind at most 4 lease lists at the agent, each of a workspace with 100 ended leases
+/// (0.6 s at most here in a debug build; 6.5 s with every admitted list sent at once).
 #[test]
 fn a_flood_of_calls_is_answered_busy_memory_stays_bounded_and_keystrokes_pass() {
     const FLOOD: usize = 60_000;
     let home = TestHome::new();
     let mut app = sidecar(&home);
     let host = open_local(&mut app);
-    for i in 0..200 {
-        let gone = open(&mut app, &host, "old", &format!("t{i}"), &["true"]);
+    for i in 0..100 {
+        let gone = open(&mut app, &host, "w", &format!("t{i}"), &["true"]);
         app.notification("pane.exited", gone["pty"].as_str());
     }
     let shell = open(&mut app, &host, "w", "shell", &["sh", "-i"]);
@@ -142,7 +142,7 @@ fn a_flood_of_calls_is_answered_busy_memory_stays_bounded_and_keystrokes_pass() 
         "peak memory {peak_kib} KiB during the flood"
     );
     assert!(
-        *slowest < Duration::from_secs(1),
+        *slowest < Duration::from_secs(2),
         "a keystroke typed during the flood took {slowest:?} (idle: {idle:?})"
     );
     // Nothing was lost meanwhile: the shell still answers.

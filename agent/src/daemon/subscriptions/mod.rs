@@ -17,7 +17,7 @@ use relay_protocol::message::{
     Ack, Attach, AttachScreen, Attached, Create, Created, Detach, Open, OpenScreen, Opened,
     ScreenAttached, ScreenOpened,
 };
-use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response, Resume};
+use relay_protocol::{ErrorReply, LeaseInfo, Message, PtyId, Response, Resume, WorkspaceId};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
@@ -408,13 +408,22 @@ impl Session {
     /// `ListLeases`: every lease, cut to fit the peer's frame maximum (live leases and the newest
     /// ended ones first; how many were left out is logged).
     pub fn list_leases(&self) -> Vec<LeaseInfo> {
-        let all = self.state.leases();
+        self.fit("ListLeases", self.state.leases())
+    }
+
+    /// `ListWorkspace`: the leases of one workspace, cut as [`Session::list_leases`] cuts.
+    pub fn list_workspace(&self, workspace: &WorkspaceId) -> Vec<LeaseInfo> {
+        self.fit("ListWorkspace", self.state.workspace_leases(workspace))
+    }
+
+    /// `all` cut to fit the peer's frame maximum; logs how many were left out.
+    fn fit(&self, op: &str, all: Vec<LeaseInfo>) -> Vec<LeaseInfo> {
         let count = all.len();
         let (leases, left_out) = limits::fit_leases(all, self.terms.max_frame);
         if left_out > 0 {
             tracing::warn!(
-                "ListLeases reply cut to {} of {count} leases to fit the frame maximum of {} \
-                 bytes (oldest ended leases left out first)",
+                "{op} reply cut to {} of {count} leases to fit the frame maximum of {} bytes \
+                 (oldest ended leases left out first)",
                 leases.len(),
                 self.terms.max_frame
             );
