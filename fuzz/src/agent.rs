@@ -230,6 +230,7 @@ fn confine(request: &mut Request, incarnation: Incarnation) {
         | Request::UpgradeInfo(_)
         | Request::Ping(_)
         | Request::ListLeases(_)
+        | Request::ListWorkspace(_)
         | Request::Status(_)
         | Request::SetPolicy(_)
         | Request::Inspect(_) => {}

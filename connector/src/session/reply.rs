@@ -27,6 +27,7 @@ pub(super) fn op_name(req: &Request) -> &'static str {
         Request::Detach(_) => "detach",
         Request::Protect(_) => "protect",
         Request::ListLeases(_) => "list leases",
+        Request::ListWorkspace(_) => "list a workspace",
         Request::Status(_) => "status",
         Request::Ping(_) => "ping",
         Request::InputSeq(_) => "input",

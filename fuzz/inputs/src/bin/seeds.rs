@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use relay_fuzz_inputs::{AgentInput, BodyInput, FrameInput, HELLO_ID, PLACEHOLDER_INCARNATION};
 use relay_protocol::message::{
     Ack, Attach, AttachScreen, Create, Detach, End, EndWhen, Forget, Input, InputSeq, Inspect,
-    Kill, ListLeases, Open, OpenScreen, Ping, Protect, Replace, Resize, SetPolicy, Signal,
-    StatusRequest,
+    Kill, ListLeases, ListWorkspace, Open, OpenScreen, Ping, Protect, Replace, Resize, SetPolicy,
+    Signal, StatusRequest,
 };
 use relay_protocol::{
-    Binding, Envelope, Message, PaneKey, PtyId, Request, Resume, SpawnSpec, TermSize,
+    Binding, Envelope, Message, PaneKey, PtyId, Request, Resume, SpawnSpec, TermSize, WorkspaceId,
 };
 
 fn main() -> std::io::Result<()> {
@@ -165,6 +165,9 @@ fn session_script() -> Vec<u8> {
             protected: true,
         }),
         Request::ListLeases(ListLeases {}),
+        Request::ListWorkspace(ListWorkspace {
+            workspace: WorkspaceId("w".into()),
+        }),
         Request::Status(StatusRequest {}),
         Request::SetPolicy(SetPolicy {
             spec: "unused=10m;idle=off".into(),
