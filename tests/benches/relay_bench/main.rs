@@ -105,11 +105,20 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Rounds of pane create and close in a smoke run: enough for a median the Rule I gate can
+/// compare (`stats::gate`).
+const SMOKE_CREATE_RUNS: usize = 7;
+
 async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     // Pane create: open a pane whose shell prints a marker, until the marker arrives.
     let mut create = Vec::new();
     let mut close = Vec::new();
-    for i in 0..runs(LATENCY_RUNS) {
+    let rounds = if stats::smoke() {
+        SMOKE_CREATE_RUNS
+    } else {
+        LATENCY_RUNS
+    };
+    for i in 0..rounds {
         let pane = PaneKey::new("bench", "create", i.to_string());
         let cmd = ["sh", "-c", "printf ready; exec cat"];
         let t = Instant::now();
@@ -123,10 +132,12 @@ async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         close.push(t.elapsed());
     }
     let mut plain = Vec::new();
-    for _ in 0..runs(LATENCY_RUNS) {
+    let mut plain_close = Vec::new();
+    for _ in 0..rounds {
         let t = Instant::now();
         plain_pty(&["sh", "-c", "printf ready"], Some(b"ready"))?;
         plain.push(t.elapsed());
+        plain_close.push(plain_hangup()?);
     }
     rows.push(row(
         "local pane create → first output",
@@ -134,7 +145,15 @@ async fn local(session: &Session, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         &plain,
         "plain PTY spawn → first output",
     ));
-    rows.push(row("local pane kill → exit event", &close, &[], "—"));
+    rows.push(row(
+        "local pane kill → exit event",
+        &close,
+        &plain_close,
+        "SIGHUP to a plain PTY's program → reaped",
+    ));
+    // Rule I: a pane's create and close stay near what the OS itself costs.
+    stats::gate("local pane create", &create, &plain)?;
+    stats::gate("local pane kill", &close, &plain_close)?;
 
     // Throughput.
     let mut relay_rate = Vec::new();
@@ -244,6 +263,23 @@ fn plain_pty(cmd: &[&str], until: Option<&[u8]>) -> anyhow::Result<u64> {
     }
     child.wait()?;
     Ok(total)
+}
+
+/// Starts `cat` in a plain PTY, then times SIGHUP to it until it is reaped.
+fn plain_hangup() -> anyhow::Result<Duration> {
+    let pair = native_pty_system().openpty(PtySize::default())?;
+    let mut child = pair.slave.spawn_command(CommandBuilder::new("cat"))?;
+    drop(pair.slave);
+    let pid = child
+        .process_id()
+        .ok_or_else(|| anyhow::anyhow!("no pid for cat"))?;
+    let t = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )?;
+    child.wait()?;
+    Ok(t.elapsed())
 }
 
 fn rate(bytes: u64, elapsed: Duration) -> f64 {

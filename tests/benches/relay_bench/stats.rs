@@ -148,3 +148,37 @@ pub fn runs(n: usize) -> usize {
         n
     }
 }
+
+/// How far the smoke run lets a relay median be above its baseline's: 3× the baseline plus
+/// 20 ms. Generous on purpose (seven samples of a debug build on a loaded CI machine): it
+/// catches a gross regression — a fixed wait, a blocking probe, work that grows with every
+/// lease — not a few percent; the figures in docs/performance.md are the finer record.
+const GATE_RATIO: f64 = 3.0;
+const GATE_SLACK_MS: f64 = 20.0;
+
+/// Rule I in the smoke run: fails when the median of `relay` is more than [`GATE_RATIO`] times
+/// the median of `base` plus [`GATE_SLACK_MS`]. Outside smoke runs it only reports.
+///
+/// # Errors
+/// The medians and the limit, naming `what`.
+pub fn gate(what: &str, relay: &[Duration], base: &[Duration]) -> anyhow::Result<()> {
+    let ms = |d: &[Duration]| d.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>();
+    let (Some(r), Some(b)) = (Summary::of(&ms(relay)), Summary::of(&ms(base))) else {
+        anyhow::bail!("{what}: no samples to compare");
+    };
+    let limit = b.p50 * GATE_RATIO + GATE_SLACK_MS;
+    eprintln!(
+        "gate {what}: relay p50 {:.2} ms, baseline p50 {:.2} ms, limit {limit:.2} ms",
+        r.p50, b.p50
+    );
+    if smoke() && r.p50 > limit {
+        anyhow::bail!(
+            "{what}: relay's median {:.2} ms is over {limit:.2} ms ({GATE_RATIO}× the same-run \
+             baseline's {:.2} ms + {GATE_SLACK_MS} ms); something costs what it should not \
+             (Rule I)",
+            r.p50,
+            b.p50
+        );
+    }
+    Ok(())
+}
