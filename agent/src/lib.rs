@@ -39,7 +39,8 @@
 //! - [`lifecycle`]: the cleanup policy as one pure function of observed facts, and the per-lease
 //!   timers that only trigger its re-check;
 //! - [`limits`], [`paths`], [`runtime`]: request size and frame budgets, `$RELAY_HOME` layout,
-//!   running blocking code on the runtime.
+//!   running blocking code on the runtime;
+//! - [`pause`]: pause points that make a race deterministic in a test (debug builds only).
 //!
 //! Architecture invariant: nothing that learns a connection is gone (EOF, error, timeout) ends a
 //! PTY or drops a lease; only `Kill`/`End`, the lifecycle policy after re-verifying every
@@ -59,6 +60,7 @@ pub mod limits;
 pub mod log;
 pub mod output;
 pub mod paths;
+pub mod pause;
 pub mod pty;
 pub mod runtime;
 pub mod state;

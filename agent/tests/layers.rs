@@ -25,6 +25,7 @@ const ORDER: &[&str] = &[
     "limits",
     "paths",
     "runtime",
+    "pause",
     "sys",
 ];
 

@@ -128,6 +128,8 @@ fn fire<O: Owner>(owner: &O, pty: PtyId) {
     match decide(&facts, owner.suggest_after(), now) {
         Verdict::End(rule) => {
             timers.lock().remove(&pty);
+            // Anything can change here; the end re-checks the facts under the book lock.
+            crate::pause::here("policy-end");
             match owner.end_by_policy(&pty, rule, &facts) {
                 PolicyEnd::Started => {
                     tracing::info!(%pty, %rule, "lifecycle: ending by policy after re-verifying")

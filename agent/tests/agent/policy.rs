@@ -305,3 +305,53 @@ fn an_unknown_policy_condition_is_refused() {
         "42"
     ));
 }
+
+/// A5: between the timer's read of the facts and the end, a fact changes — the shell is typed
+/// into, or protected. The end re-checks under the book lock, sees the change and does not end
+/// the shell (`Changed`: the timer decides again from the new facts, which keep it). The daemon
+/// is stopped at that exact moment by its `policy-end` pause point (debug builds,
+/// `agent/src/pause.rs`), so the race is not left to timing.
+#[test]
+fn a_fact_that_changes_between_the_timer_and_the_end_keeps_the_shell() {
+    type Change = fn(&mut Client, &Binding);
+    let typed: Change = |c, b| c.input(b, "echo back\n").unwrap();
+    let protected: Change = |c, b| {
+        c.mutate(Request::Protect(Protect {
+            binding: b.clone(),
+            protected: true,
+        }))
+        .unwrap()
+    };
+    for (what, change) in [("typed into", typed), ("protected", protected)] {
+        let home = Home::new();
+        let dir = home.path().join("pause");
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir_text = dir.to_str().unwrap();
+        home.start_daemon_with(&[
+            ("RELAY_TEST_PAUSE_AT", "policy-end"),
+            ("RELAY_TEST_PAUSE_DIR", dir_text),
+        ]);
+        let mut c = home.client();
+        set_policy(&mut c, "unused=1s").unwrap();
+        let b = unused_shell(&mut c, "raced");
+        assert!(
+            wait_until(WAIT, || dir.join("policy-end.reached").exists()),
+            "the timer reached the end of {b}"
+        );
+        change(&mut c, &b);
+        std::fs::write(dir.join("policy-end.go"), b"").unwrap();
+        // The end would be immediate; the timer, re-armed, now finds a shell to keep.
+        std::thread::sleep(Duration::from_secs(2));
+        assert_eq!(
+            c.lease(b.pty).state,
+            LeaseState::Detached,
+            "a shell {what} while being ended is kept"
+        );
+        let tag = row(&mut c, b.pty).tag;
+        assert!(
+            !matches!(tag, Tag::CleanupAt { .. }),
+            "{what}: no cleanup due any more: {tag:?}"
+        );
+        assert!(home.log().contains("test pause point reached"));
+    }
+}
