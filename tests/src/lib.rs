@@ -17,7 +17,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use relay_connector::{
-    BridgeStderr, Host, HostState, LocalConfig, LocalTransport, PaneEvent, PaneHandle, Session,
+    BridgeStderr, Host, HostOptions, HostState, LocalConfig, LocalTransport, PaneEvent, PaneHandle,
+    Session,
 };
 use relay_testkit::TempHome;
 
@@ -112,6 +113,14 @@ impl TestHome {
     /// A local transport running this build's agent with this home.
     pub fn transport(&self) -> LocalTransport {
         self.transport_with(&bins().agent)
+    }
+
+    /// A [`Host`] on this home's local agent whose first reconnect attempt waits 3 s, so a
+    /// test can act on the host while the host is away (its connection killed).
+    pub fn host_slow_to_retry(&self) -> Host {
+        let mut options = HostOptions::new("relay-tests");
+        options.backoff.first = Duration::from_secs(3);
+        Host::open(self.transport(), options)
     }
 
     /// A local transport running `agent_bin` (e.g. a wrapper script) with this home.

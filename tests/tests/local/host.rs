@@ -414,11 +414,7 @@ async fn an_attach_racing_the_reattach_pass_keeps_its_output() {
 /// 3 s off), `line-0` … `line-{lines-1}`, `TAIL` and exit 3; read until the host sees the exit.
 /// Returns what the pane's stream delivered and the pane's PTY id.
 async fn ended_while_away(home: &TestHome, lines: u32) -> (Collected, String) {
-    let host = Host::open(home.transport(), {
-        let mut o = HostOptions::new("relay-tests");
-        o.backoff.first = Duration::from_secs(3);
-        o
-    });
+    let host = home.host_slow_to_retry();
     let go = home.path().join("go");
     let script = format!(
         "echo HEAD; while [ ! -e {go} ]; do sleep 0.02; done; i=0; \

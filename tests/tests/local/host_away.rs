@@ -3,21 +3,11 @@
 //! only the same PTY). The connector's side is `connector/src/host/panes.rs`; the answers a
 //! real agent never gives a re-attach (not found, internal, no answer) are in its unit tests.
 
-use std::time::Duration;
-
-use relay_connector::{Host, HostOptions, Session};
+use relay_connector::Session;
 use relay_protocol::LeaseState;
 use relay_tests::{read_until, read_until_text, Collected, TestHome, LIVENESS};
 
 use super::{sh, ECHO_LOOP};
-
-/// A host whose first retry after a lost connection waits 3 s, long enough to change the agent
-/// meanwhile.
-fn slow_retry_host(home: &TestHome) -> Host {
-    let mut options = HostOptions::new("relay-tests");
-    options.backoff.first = Duration::from_secs(3);
-    Host::open(home.transport(), options)
-}
 
 /// Rule B: while the host is away, another client replaces the pane's shell. The re-attach asks
 /// for the exact PTY it held and learns that the pane has another one now: the stream ends
@@ -26,7 +16,7 @@ fn slow_retry_host(home: &TestHome) -> Host {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pane_replaced_while_the_host_was_away_ends_with_mismatch() {
     let home = TestHome::new();
-    let host = slow_retry_host(&home);
+    let host = home.host_slow_to_retry();
     let (created, mut pane) = host
         .workspace("w")
         .open("swapped", "0", sh(ECHO_LOOP))
