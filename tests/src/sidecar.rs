@@ -66,6 +66,19 @@ impl Sidecar {
         }
     }
 
+    /// Starts `relay serve --stdio` of this build with `home`'s environment (its local agent).
+    pub fn local(home: &crate::TestHome) -> Sidecar {
+        Sidecar::spawn(home.command(&crate::bins().relay))
+    }
+
+    /// `host.open` of `"local"`; returns the host id.
+    pub fn open_local(&mut self) -> String {
+        let r = self
+            .call("host.open", json!({"destination": "local"}))
+            .expect("host.open of local");
+        r["host"].as_str().expect("a host id").to_string()
+    }
+
     /// Writes one raw line (a newline is appended).
     pub fn send_line(&mut self, line: &[u8]) {
         let stdin = self.stdin.as_mut().expect("stdin still open");

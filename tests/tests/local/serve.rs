@@ -7,20 +7,8 @@
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use relay_tests::sidecar::{b64, Sidecar};
-use relay_tests::{bins, eventually, TestHome};
+use relay_tests::{eventually, TestHome};
 use serde_json::{json, Value};
-
-fn sidecar(home: &TestHome) -> Sidecar {
-    Sidecar::spawn(home.command(&bins().relay))
-}
-
-/// Opens the local host; returns its id.
-fn open_local(app: &mut Sidecar) -> String {
-    let r = app
-        .call("host.open", json!({"destination": "local"}))
-        .unwrap();
-    r["host"].as_str().unwrap().to_string()
-}
 
 fn pane(ws: &str, tab: &str) -> Value {
     json!({"workspace": ws, "tab": tab, "leaf": "0"})
@@ -57,8 +45,8 @@ const SHELL: &str = "exec sh -i";
 #[test]
 fn bad_input_gets_coded_errors_and_other_panes_keep_working() {
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let panes = app
         .call("workspace.hydrate", json!({"host": host, "workspace": "w"}))
         .unwrap();
@@ -161,8 +149,8 @@ fn bad_input_gets_coded_errors_and_other_panes_keep_working() {
 #[test]
 fn rule_b_attach_is_exact_and_never_creates() {
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let x = open(&mut app, &host, "w", "x", SHELL);
     let y = open(&mut app, &host, "w", "y", SHELL);
     let done = open(&mut app, &host, "w", "done", "echo bye; exit 3");
@@ -203,16 +191,16 @@ fn rule_b_attach_is_exact_and_never_creates() {
 #[test]
 fn a_hydrate_racing_a_stopped_agent_fails_instead_of_answering_empty() {
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let p = open(&mut app, &host, "w", "main", SHELL);
     echo(&mut app, &p, "echo up-$((5+5))", "up-10");
     app.kill();
     let daemon = Pid::from_raw(home.daemon_pid().expect("the daemon runs"));
     kill(daemon, Signal::SIGSTOP).unwrap();
 
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let e = app
         .call(
             "workspace.hydrate",
@@ -252,8 +240,8 @@ fn a_hydrate_racing_a_stopped_agent_fails_instead_of_answering_empty() {
 #[test]
 fn rule_f_a_pane_that_is_not_acked_throttles_only_itself() {
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let flood = open(&mut app, &host, "busy", "yes", "exec yes flood-line");
     let calm = open(&mut app, &host, "calm", "sh", SHELL);
     for i in 0..5 {
@@ -284,8 +272,8 @@ fn rule_f_a_pane_that_is_not_acked_throttles_only_itself() {
 #[test]
 fn a_lossless_pane_gets_every_byte_through_the_sidecar() {
     let home = TestHome::with_env(&[("RELAY_REPLAY_BYTES", "65536")]);
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let seq = "seq 1 500000";
     let open_with = |app: &mut Sidecar, tab: &str, lossless: bool| {
         app.call(
@@ -366,8 +354,8 @@ fn bytes_out(app: &mut Sidecar, host: &str, ws: &str) -> u64 {
 #[test]
 fn rule_a_an_app_that_quits_ends_nothing_on_the_host() {
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let p = open(&mut app, &host, "w", "main", SHELL);
     echo(&mut app, &p, "echo alive-$((1+6))", "alive-7");
     assert_eq!(app.close(), Some(0));
@@ -383,8 +371,8 @@ fn rule_a_an_app_that_quits_ends_nothing_on_the_host() {
 #[test]
 fn rule_c_input_survives_a_detach_and_a_second_attach_of_the_same_binding() {
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let p = open(&mut app, &host, "w", "main", SHELL);
     echo(&mut app, &p, "echo ready-$((1+1))", "ready-2");
 
@@ -440,8 +428,8 @@ fn rule_a_input_accepted_before_the_app_quits_is_delivered() {
     let home = TestHome::new();
     let out = home.path().join("home/typed.txt");
     for round in 0..5 {
-        let mut app = sidecar(&home);
-        let host = open_local(&mut app);
+        let mut app = Sidecar::local(&home);
+        let host = app.open_local();
         let script = format!("stty raw -echo; exec cat >> {}", out.display());
         let p = open(&mut app, &host, "w", &format!("cat-{round}"), &script);
         let line = format!("typed-{round}\n");
@@ -471,7 +459,7 @@ fn rule_a_input_accepted_before_the_app_quits_is_delivered() {
 fn a_pane_open_may_follow_its_host_open_without_waiting() {
     let home = TestHome::new();
     for round in 0..50 {
-        let mut app = sidecar(&home);
+        let mut app = Sidecar::local(&home);
         let host = json!({"jsonrpc": "2.0", "id": 1, "method": "host.open",
                           "params": {"destination": "local"}});
         let tab = format!("t{round}");
@@ -512,7 +500,7 @@ fn rule_i_the_sidecar_contacts_no_host_until_the_app_opens_it() {
         Err(e) => panic!("accept: {e}"),
     };
 
-    let mut app = sidecar(&home);
+    let mut app = Sidecar::local(&home);
     // Answering: it has started and reads its input.
     assert_eq!(
         app.error_code("no.such.method", json!({})),
@@ -522,7 +510,7 @@ fn rule_i_the_sidecar_contacts_no_host_until_the_app_opens_it() {
     assert!(!home.daemon_running(), "a local agent started unasked");
     assert!(!connected(), "a connection to an SSH host unasked");
 
-    let local = open_local(&mut app);
+    let local = app.open_local();
     app.call(
         "workspace.hydrate",
         json!({"host": local, "workspace": "w"}),

@@ -11,17 +11,6 @@ use relay_tests::sidecar::{b64, Sidecar};
 use relay_tests::TestHome;
 use serde_json::{json, Value};
 
-fn sidecar(home: &TestHome) -> Sidecar {
-    Sidecar::spawn(home.command(&relay_tests::bins().relay))
-}
-
-fn open_local(app: &mut Sidecar) -> String {
-    let r = app
-        .call("host.open", json!({"destination": "local"}))
-        .unwrap();
-    r["host"].as_str().unwrap().to_string()
-}
-
 fn pane(ws: &str, tab: &str) -> Value {
     json!({"workspace": ws, "tab": tab, "leaf": "0"})
 }
@@ -72,8 +61,8 @@ fn memory_kib(pid: u32) -> (u64, u64) {
 fn a_flood_of_calls_is_answered_busy_memory_stays_bounded_and_keystrokes_pass() {
     const FLOOD: usize = 60_000;
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     for i in 0..100 {
         let gone = open(&mut app, &host, "w", &format!("t{i}"), &["true"]);
         app.notification("pane.exited", gone["pty"].as_str());
@@ -245,15 +234,7 @@ fn large_calls_at_a_host_that_never_answers_are_bounded_by_their_bytes() {
     const CALLS: usize = 16;
     let home = TestHome::new();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let config = silent_host_config(&home, listener.local_addr().unwrap().port());
-    let mut app = sidecar(&home);
-    let r = app
-        .call(
-            "host.open",
-            json!({"destination": "silent", "ssh_config": config}),
-        )
-        .unwrap();
-    let host = r["host"].as_str().unwrap().to_string();
+    let (mut app, host) = open_silent_host(&home, &listener);
     let bindings: Vec<Value> = (0..30_000)
         .map(|i| {
             json!({"host": host, "pane": pane("w", &format!("t{i}")),
@@ -288,15 +269,24 @@ fn large_calls_at_a_host_that_never_answers_are_bounded_by_their_bytes() {
     );
 }
 
-/// An ssh_config naming `silent`: a host at `port` on 127.0.0.1.
-fn silent_host_config(home: &TestHome, port: u16) -> std::path::PathBuf {
+/// A sidecar with one host open: an SSH destination whose address is `listener`, which
+/// accepts and never speaks. Returns the sidecar and the host id.
+fn open_silent_host(home: &TestHome, listener: &std::net::TcpListener) -> (Sidecar, String) {
     let config = home.path().join("ssh_config");
+    let port = listener.local_addr().unwrap().port();
     std::fs::write(
         &config,
         format!("Host silent\n  HostName 127.0.0.1\n  Port {port}\n  User nobody\n"),
     )
     .unwrap();
-    config
+    let mut app = Sidecar::local(home);
+    let r = app
+        .call(
+            "host.open",
+            json!({"destination": "silent", "ssh_config": config}),
+        )
+        .unwrap();
+    (app, r["host"].as_str().unwrap().to_string())
 }
 
 /// The app quits while a call waits on a host that never answers (a listener that accepts and
@@ -306,15 +296,7 @@ fn silent_host_config(home: &TestHome, port: u16) -> std::path::PathBuf {
 fn a_call_still_waiting_when_the_app_quits_is_answered_with_a_timeout() {
     let home = TestHome::new();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let config = silent_host_config(&home, listener.local_addr().unwrap().port());
-    let mut app = sidecar(&home);
-    let r = app
-        .call(
-            "host.open",
-            json!({"destination": "silent", "ssh_config": config}),
-        )
-        .unwrap();
-    let host = r["host"].as_str().unwrap().to_string();
+    let (mut app, host) = open_silent_host(&home, &listener);
     let id = app.request(
         "workspace.hydrate",
         json!({"host": host, "workspace": "w", "timeout_ms": 120_000}),
@@ -342,8 +324,8 @@ fn a_call_still_waiting_when_the_app_quits_is_answered_with_a_timeout() {
 #[test]
 fn misleading_shapes_are_refused_and_lost_counts_what_a_snapshot_stands_for() {
     let home = TestHome::new();
-    let mut app = sidecar(&home);
-    let host = open_local(&mut app);
+    let mut app = Sidecar::local(&home);
+    let host = app.open_local();
     let shell = open(&mut app, &host, "w", "a", &["sh", "-i"]);
     echo(&mut app, &shell, "ready", 1);
 
