@@ -124,5 +124,6 @@ mod tests {
             Err(PanePartError::TooLong(MAX_PANE_PART + 1))
         );
         assert_eq!(check_pane_part(&"x".repeat(MAX_PANE_PART)), Ok(()));
+        assert!(PANE_PART_FORM.contains(&MAX_PANE_PART.to_string()));
     }
 }

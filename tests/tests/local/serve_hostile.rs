@@ -339,8 +339,13 @@ fn misleading_shapes_are_refused_and_lost_counts_what_a_snapshot_stands_for() {
     let kill = json!({"jsonrpc": "2.0", "id": 77, "method": "pane.kill",
                       "params": {"binding": shell}, "result": {}});
     app.send_line(kill.to_string().as_bytes());
-    let e = app.answer(&Value::Null).unwrap_err();
+    let e = app.answer(&json!(77)).unwrap_err();
     assert_eq!(e["data"]["code"], "invalid_request", "{e}");
+
+    // JSON that only a full read refuses (a lone surrogate) is a parse error, not a call.
+    app.send_line(br#"{"jsonrpc":"2.0","id":78,"method":"pane.open","params":{"host":"\ud800"}}"#);
+    let e = app.answer(&json!(78)).unwrap_err();
+    assert_eq!(e["data"]["code"], "parse_error", "{e}");
 
     let mut stray = shell.clone();
     stray["pane"]["pty"] = json!("someone else's");

@@ -161,7 +161,7 @@ impl clap::builder::TypedValueParser for CommandWord {
 fn name(s: &str) -> Result<String, String> {
     relay_protocol::check_pane_part(s)
         .map(|()| s.to_string())
-        .map_err(|e| format!("{s:?}: {e}; use {}", relay_protocol::PANE_PART_FORM))
+        .map_err(|e| format!("{e}; use {}", relay_protocol::PANE_PART_FORM))
 }
 
 #[cfg(test)]

@@ -67,8 +67,15 @@ impl Calls {
         let weight = u32::try_from(line_len.clamp(1, MAX_CALL_BYTES)).unwrap_or(u32::MAX);
         let count = self.count.clone().try_acquire_owned();
         let bytes = self.bytes.clone().try_acquire_many_owned(weight);
-        let (Ok(count), Ok(bytes)) = (count, bytes) else {
-            return Err(busy());
+        let (count, bytes) = match (count, bytes) {
+            (Ok(count), Ok(bytes)) => (count, bytes),
+            (Err(_), _) => return Err(busy(format!("already runs {MAX_CALLS} calls"))),
+            (_, Err(_)) => {
+                return Err(busy(format!(
+                    "already holds {} MiB of request lines in the calls it runs",
+                    MAX_CALL_BYTES >> 20
+                )))
+            }
         };
         let serial = self.next.fetch_add(1, Ordering::Relaxed);
         if let Some(id) = id {
@@ -115,19 +122,18 @@ impl Calls {
     }
 }
 
-/// The refusal of a call over a limit.
-fn busy() -> RpcError {
+/// The refusal of a call over a limit; `why` says which.
+fn busy(why: String) -> RpcError {
     RpcError::new(
         "busy",
         format!(
-            "the sidecar already runs {MAX_CALLS} calls (or holds {} MiB of their request \
-             lines), the most it runs at once; nothing of this call was done: wait for \
-             answers, then send it again",
-            MAX_CALL_BYTES >> 20
+            "the sidecar {why}, the most it runs at once; nothing of this call was done: wait \
+             for answers, then send it again"
         ),
     )
     .with("transient", json!(true))
     .with("limit", json!(MAX_CALLS))
+    .with("bytes_limit", json!(MAX_CALL_BYTES))
 }
 
 #[cfg(test)]

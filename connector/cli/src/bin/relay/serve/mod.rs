@@ -269,8 +269,9 @@ impl Server {
         line_len: usize,
     ) {
         if INLINE.contains(&method.as_str()) {
-            let params = rpc::params_value(&params);
-            let outcome = self.call_inline(&method, Params(&params)).map(Answer::from);
+            let outcome = rpc::params_value(&params)
+                .and_then(|params| self.call_inline(&method, Params(&params)))
+                .map(Answer::from);
             answer(&self.out, id, outcome).await;
             return;
         }
@@ -282,8 +283,9 @@ impl Server {
         let server = self.clone();
         self.calls.spawn(async move {
             let outcome = server.call(&method, params).await;
-            if line_len >= LARGE_CALL {
-                // Its parameters were a large JSON tree, freed by now.
+            // Its parameters were a large JSON tree, freed by now (kill_all gives it back
+            // itself, before it waits).
+            if line_len >= LARGE_CALL && method != "workspace.kill_all" {
                 relay_cli::sys::return_freed_memory();
             }
             match server.calls.claim(&admitted) {
@@ -313,7 +315,7 @@ impl Server {
         if method == "workspace.kill_all" {
             return self.kill_all(params).await.map(Answer::from);
         }
-        let params = rpc::params_value(&params);
+        let params = rpc::params_value(&params)?;
         let p = Params(&params);
         match method {
             "host.close" => self.host_close(p).await.map(Answer::from),

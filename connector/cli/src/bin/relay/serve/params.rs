@@ -44,7 +44,7 @@ impl<'a> Params<'a> {
         let v = self.str(name)?;
         relay_protocol::check_pane_part(v).map_err(|e| {
             RpcError::params(format!(
-                "`{name}` {e}; it must be {}",
+                "`{name}`: {e}; it must be {}",
                 relay_protocol::PANE_PART_FORM
             ))
         })?;

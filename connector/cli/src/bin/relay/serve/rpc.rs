@@ -157,7 +157,7 @@ pub fn parse(line: &[u8]) -> Result<Incoming, (Value, RpcError)> {
     let answers = obj.contains_key("result") || obj.contains_key("error");
     if obj.contains_key("method") && answers {
         return Err(invalid(
-            Value::Null,
+            id.unwrap_or_default(),
             "a message has both `method` and `result`/`error`; a request has `method`, an \
              answer has `result` or `error`",
         ));
@@ -207,9 +207,18 @@ fn empty_params() -> Box<RawValue> {
 }
 
 /// Parameters as a JSON tree, read when the call runs.
-pub fn params_value(params: &RawValue) -> Value {
-    // Read once already (`parse` checked the whole line), so this cannot fail.
-    serde_json::from_str(params.get()).unwrap_or_default()
+///
+/// # Errors
+/// `parse_error` for JSON that [`parse`]'s skim let through but a full read refuses (a lone
+/// UTF-16 surrogate escape, a number out of range, nesting over 128 levels).
+pub fn params_value(params: &RawValue) -> Result<Value, RpcError> {
+    serde_json::from_str(params.get()).map_err(|e| RpcError {
+        rpc_code: codes::PARSE_ERROR,
+        ..RpcError::new(
+            "parse_error",
+            format!("`params` is not valid JSON ({e}); send one JSON-RPC object per line"),
+        )
+    })
 }
 
 /// Reads lines of at most [`MAX_LINE`] bytes. An over-long line is reported once and skipped;
@@ -483,7 +492,7 @@ mod tests {
             (
                 br#"{"jsonrpc":"2.0","id":4,"method":"pane.kill","result":{}}"#,
                 "invalid_request",
-                Value::Null,
+                json!(4),
             ),
         ] {
             let (got_id, err) = parse(line).unwrap_err();

@@ -107,8 +107,8 @@ impl Server {
             let large = params.get().len() >= super::LARGE_CALL;
             let tree = rpc::params_value(&params);
             drop(params);
-            let request = self.kill_all_request(Params(&tree));
-            drop(tree);
+            // The tree is freed as the closure returns.
+            let request = tree.and_then(|tree| self.kill_all_request(Params(&tree)));
             if large {
                 relay_cli::sys::return_freed_memory();
             }
