@@ -283,9 +283,8 @@ impl Server {
         let server = self.clone();
         self.calls.spawn(async move {
             let outcome = server.call(&method, params).await;
-            // Its parameters were a large JSON tree, freed by now (kill_all gives it back
-            // itself, before it waits).
-            if line_len >= LARGE_CALL && method != "workspace.kill_all" {
+            // Its parameters were a large JSON tree, freed by now.
+            if line_len >= LARGE_CALL {
                 relay_cli::sys::return_freed_memory();
             }
             match server.calls.claim(&admitted) {

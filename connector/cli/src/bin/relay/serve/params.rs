@@ -41,14 +41,7 @@ impl<'a> Params<'a> {
 
     /// A required name (a workspace id): as one part of a pane key.
     pub fn name(&self, name: &str) -> Result<&'a str, RpcError> {
-        let v = self.str(name)?;
-        relay_protocol::check_pane_part(v).map_err(|e| {
-            RpcError::params(format!(
-                "`{name}`: {e}; it must be {}",
-                relay_protocol::PANE_PART_FORM
-            ))
-        })?;
-        Ok(v)
+        pane_part(name, self.str(name)?)
     }
 
     /// A required non-empty string.
@@ -162,13 +155,7 @@ impl<'a> Params<'a> {
                      `{k}` is missing or not a string"
                 ))
             })?;
-            relay_protocol::check_pane_part(text).map_err(|e| {
-                RpcError::params(format!(
-                    "`{name}.{k}`: {e}; each part must be {}",
-                    relay_protocol::PANE_PART_FORM
-                ))
-            })?;
-            Ok(text)
+            pane_part(&format!("{name}.{k}"), text)
         };
         Ok(PaneKey::new(
             part("workspace")?,
@@ -202,6 +189,18 @@ impl<'a> Params<'a> {
         let pty = inner.pty("pty").map_err(bad)?;
         Ok((host, Binding { pane, pty }))
     }
+}
+
+/// `text` if it can be one part of a pane key, else `invalid_params` naming `field` and the
+/// rule it breaks ([`relay_protocol::check_pane_part`]).
+fn pane_part<'t>(field: &str, text: &'t str) -> Result<&'t str, RpcError> {
+    relay_protocol::check_pane_part(text).map_err(|e| {
+        RpcError::params(format!(
+            "`{field}`: {e}; it must be {}",
+            relay_protocol::PANE_PART_FORM
+        ))
+    })?;
+    Ok(text)
 }
 
 fn size_of(v: &Value) -> Option<TermSize> {

@@ -104,15 +104,10 @@ impl Server {
             bound,
             targets,
         } = {
-            let large = params.get().len() >= super::LARGE_CALL;
-            let tree = rpc::params_value(&params);
+            let tree = rpc::params_value(&params)?;
             drop(params);
-            // The tree is freed as the closure returns.
-            let request = tree.and_then(|tree| self.kill_all_request(Params(&tree)));
-            if large {
-                relay_cli::sys::return_freed_memory();
-            }
-            request?
+            self.kill_all_request(Params(&tree))?
+            // The tree is freed here, before the call waits for its host.
         };
         let targets = match targets {
             Targets::Exact(bindings) => bindings,
