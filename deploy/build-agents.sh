@@ -84,9 +84,9 @@ for t in "${targets[@]}"; do
         readelf -l "$built" | grep -q 'program interpreter'; then
         die "$built has a program interpreter: a static agent must not need one"
     fi
-    # Test pause points (agent/src/pause.rs) exist in debug builds only.
-    if [[ $profile == release ]] && grep -qa RELAY_TEST_PAUSE_AT "$built"; then
-        die "$built holds test pause points: a release agent must not"
+    # Test pause and fault points (agent/src/pause.rs, fault.rs) exist in debug builds only.
+    if [[ $profile == release ]] && grep -qaE 'RELAY_TEST_(PAUSE|FAULT)_AT' "$built"; then
+        die "$built holds test pause or fault points: a release agent must not"
     fi
     if [[ $t == *-linux-gnu ]]; then
         needed=$(glibc_needed "$built")

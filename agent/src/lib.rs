@@ -40,7 +40,8 @@
 //!   timers that only trigger its re-check;
 //! - [`limits`], [`paths`], [`runtime`]: request size and frame budgets, `$RELAY_HOME` layout,
 //!   running blocking code on the runtime;
-//! - [`pause`]: pause points that make a race deterministic in a test (debug builds only).
+//! - [`pause`], [`fault`]: pause points that make a race deterministic in a test, and fault
+//!   points that make a rare failure happen (debug builds only).
 //!
 //! Architecture invariant: nothing that learns a connection is gone (EOF, error, timeout) ends a
 //! PTY or drops a lease; only `Kill`/`End`, the lifecycle policy after re-verifying every
@@ -54,6 +55,7 @@
 pub mod bridge;
 pub mod config;
 pub mod daemon;
+pub mod fault;
 pub mod lease;
 pub mod lifecycle;
 pub mod limits;

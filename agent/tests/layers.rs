@@ -26,6 +26,7 @@ const ORDER: &[&str] = &[
     "paths",
     "runtime",
     "pause",
+    "fault",
     "sys",
 ];
 

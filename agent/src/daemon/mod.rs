@@ -47,11 +47,12 @@ use tokio::net::UnixListener;
 use tokio::signal::unix::{signal as tokio_signal, Signal as TokioSignal, SignalKind};
 
 use crate::config::Config;
+use crate::fault;
 use crate::log;
 use crate::paths::{annotate, Paths};
 use crate::pty::io::set_cloexec;
 use crate::state::State;
-use crate::upgrade::{self, probe, DaemonFds};
+use crate::upgrade::{self, probe, rescue, DaemonFds};
 
 /// Runs the daemon (see the module docs). Returns the process exit code.
 ///
@@ -309,10 +310,23 @@ pub fn resume(
     }
     // First: a return to the old binary below must carry the original limit on (see `nofile`).
     let raised = crate::pty::nofile::raise(true);
-    let back = |why: String| back_to_old(fallback.as_ref(), &state_fd, paths, why);
-    let bytes = probe::read_state(state_fd.as_fd()).map_err(|e| back(e.to_string()))?;
+    // The new code (it has an old binary to return to): any failure from here until every PTY
+    // is adopted returns the process to the old code (`upgrade::rescue`).
+    let new_code = fallback.is_some();
+    if let Some(exe) = &fallback {
+        rescue::arm(exe.as_fd(), state_fd.as_fd(), paths.home());
+    }
+    if new_code && fault::at("resume-start") {
+        panic!("test fault resume-start: a crash before the state is read");
+    }
+    let back = |why: String| rescue::fall_back(&why);
+    let mut bytes = probe::read_state(state_fd.as_fd()).map_err(|e| back(e.to_string()))?;
+    if new_code && fault::at("resume-state") {
+        bytes.truncate(bytes.len() / 2);
+    }
     let handover = upgrade::decode(&bytes).map_err(|e| back(e.to_string()))?;
     drop(bytes);
+    rescue::cover(&handover);
     log::init(paths, false).map_err(|e| back(format!("{e:#}")))?;
     // Safety: setting a signal disposition; no handler code runs.
     unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
@@ -327,15 +341,7 @@ pub fn resume(
         let (listener_fd, lock_fd) = (handover.listener_fd, handover.lock_fd);
         let state = match State::resume(config, &paths.journal(), handover, fallback_reason) {
             Ok(state) => state,
-            Err(e) => {
-                let (state_fd, fallback) = handed.as_ref().expect("still held");
-                return Err(back_to_old(
-                    fallback.as_ref(),
-                    state_fd,
-                    paths,
-                    e.to_string(),
-                ));
-            }
+            Err(e) => return Err(rescue::fall_back(&e.to_string())),
         };
         drop(handed.take());
         // Safety: the listener and the lock were handed over by number and are ours alone.
@@ -356,22 +362,6 @@ pub fn resume(
         tracing::error!("daemon failed: {e:#}");
     }
     result.map(|()| ExitCode::SUCCESS)
-}
-
-/// Gives the process back to the old binary (`fexecve` of `fallback` with the same state, told
-/// `why`, which it logs and reports) when the new code cannot resume; returns only if that is
-/// impossible, with both reasons.
-fn back_to_old(
-    fallback: Option<&OwnedFd>,
-    state: &OwnedFd,
-    paths: &Paths,
-    why: String,
-) -> anyhow::Error {
-    let Some(exe) = fallback else {
-        return anyhow::anyhow!("cannot resume: {why}");
-    };
-    let err = probe::exec_fd(exe.as_fd(), state.as_fd(), paths.home(), &why);
-    anyhow::anyhow!("cannot resume ({why}), and the old agent did not start again: {err}")
 }
 
 /// Unblocks SIGTERM and SIGINT in this thread (the old code blocked them across `execve`; one

@@ -1,9 +1,8 @@
 //! Processes and descriptors: the descriptors the daemon inherited, who is on the other end of
-//! a socket, waiting for a child without reaping it, running an open executable.
+//! a socket, waiting for a child without reaping it.
 
-use std::ffi::CString;
 use std::fs;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 
@@ -62,15 +61,6 @@ pub fn has_exited(pid: u32) -> bool {
         waitid(Id::Pid(nix::unistd::Pid::from_raw(pid as i32)), flags),
         Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
     )
-}
-
-/// Runs the executable open at `exe` in this process (`fexecve(3)`: found even if its file was
-/// replaced or removed since it was opened) with `args` and `env`. Returns only on failure.
-pub fn exec_open_file(exe: BorrowedFd<'_>, args: &[CString], env: &[CString]) -> std::io::Error {
-    match nix::unistd::fexecve(exe, args, env) {
-        Err(e) => e.into(),
-        Ok(never) => match never {},
-    }
 }
 
 /// The `recvmsg` flag that makes descriptors received with `SCM_RIGHTS` close-on-exec as they

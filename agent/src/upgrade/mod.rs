@@ -13,16 +13,19 @@
 //! `handover-info` (its version and the state versions it reads: [`version::decide`] applies the
 //! rules) and `handover-check --fd N` on the written state — and only when both succeed does the
 //! daemon `execve`. If `execve` fails, the old code resumes its readers and keeps serving; if the
-//! new code still cannot read the state, it `fexecve`s the old binary (kept open) with it.
+//! new code still fails before it has adopted every PTY (it cannot read the state, it panics, it
+//! crashes on a signal), it `fexecve`s the old binary (kept open) with it ([`rescue`]).
 //!
 //! Layout: here the format; `version.rs` the version rules and installed binaries (sans-IO but
 //! for the directory scan); `probe.rs` running the new binary, writing the state, `execve`;
-//! `state.rs` the state side (the order, the cut, resuming); `pty.rs` what a PTY hands over.
+//! `state.rs` the state side (the order, the cut, resuming); `pty.rs` what a PTY hands over;
+//! `rescue.rs` the new code's way back to the old binary when it fails while resuming.
 //! A terminal model's part of the format, [`HandedScreen`], is the screen's own
 //! ([`crate::output::screen`]).
 
 pub mod probe;
 pub mod pty;
+pub mod rescue;
 pub mod state;
 pub mod version;
 

@@ -189,7 +189,7 @@ pub fn read_state(fd: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
 /// The arguments a resuming daemon runs with: `daemon --resume-fd N` and either
 /// `--fallback-fd M` (the old binary, for the new code to return to) or `--fallback-reason WHY`
 /// (the old code taking the shells back: why the new one could not).
-fn resume_args(state: BorrowedFd<'_>, fallback: Fallback<'_>) -> Vec<CString> {
+pub(super) fn resume_args(state: BorrowedFd<'_>, fallback: Fallback<'_>) -> Vec<CString> {
     let mut args = vec![
         "relay-agent".as_bytes().to_vec(),
         b"daemon".to_vec(),
@@ -211,15 +211,18 @@ fn resume_args(state: BorrowedFd<'_>, fallback: Fallback<'_>) -> Vec<CString> {
         .collect()
 }
 
-enum Fallback<'a> {
+/// What a resuming daemon is told about the old binary.
+pub(super) enum Fallback<'a> {
+    /// The old binary, open, for the new code to return to.
     To(BorrowedFd<'a>),
+    /// This is the old code taking its shells back, and why.
     Because(&'a str),
 }
 
 /// This process's environment with `RELAY_HOME` set to `home` (absolute): the daemon runs in
 /// `/`, so a relative `RELAY_HOME` it was started with would name another directory; and with
 /// the original descriptor limit ([`crate::pty::nofile::handover_env`]) when it raised its own.
-fn environment(home: &Path) -> Vec<CString> {
+pub(super) fn environment(home: &Path) -> Vec<CString> {
     let limit = crate::pty::nofile::handover_env().map(|(k, v)| (k.into(), v.into()));
     std::env::vars_os()
         .filter(|(k, _)| k != "RELAY_HOME" && k != crate::pty::nofile::ORIGINAL_ENV)
@@ -246,17 +249,6 @@ pub fn exec(bin: &Path, state: BorrowedFd<'_>, fallback: BorrowedFd<'_>, home: &
         Err(e) => e.into(),
         Ok(never) => match never {},
     }
-}
-
-/// Gives the process back to the old binary open at `exe` (`fexecve`: found even if its file
-/// was replaced since) with the same `state`, telling it `why` the new code could not resume.
-/// Returns only on failure.
-pub fn exec_fd(exe: BorrowedFd<'_>, state: BorrowedFd<'_>, home: &Path, why: &str) -> io::Error {
-    if let Err(e) = set_cloexec(state, false) {
-        return e;
-    }
-    let args = resume_args(state, Fallback::Because(why));
-    crate::sys::process::exec_open_file(exe, &args, &environment(home))
 }
 
 #[cfg(test)]

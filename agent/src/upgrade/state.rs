@@ -19,6 +19,7 @@ use relay_protocol::message::{AgentBinary, Upgrade, UpgradeReport, UpgradeStarte
 use relay_protocol::{EndReason, ErrorReply, PtyId};
 
 use crate::config::Config;
+use crate::fault;
 use crate::lease::counters::CounterNote;
 use crate::lease::journal;
 use crate::lease::{LeaseTable, Phase};
@@ -29,11 +30,11 @@ use crate::output::screen::PtyScreen;
 use crate::paths::Paths;
 use crate::pty::io as pty_io;
 use crate::pty::io::set_cloexec;
-use crate::pty::{Pty, PtyParts};
+use crate::pty::{Pty, PtyParts, Spawned};
 use crate::runtime::LockExt;
 use crate::state::State;
 use crate::upgrade::version::{self, Version};
-use crate::upgrade::{self as format, probe, HandedPty, Handover};
+use crate::upgrade::{self as format, probe, rescue, HandedPty, Handover};
 
 /// How long the daemon waits for creates, ends and queued input to finish before a cut.
 const SETTLE: Duration = Duration::from_secs(5);
@@ -391,6 +392,8 @@ impl State {
         handover: Handover,
         fell_back: Option<String>,
     ) -> std::io::Result<State> {
+        // The new code of an upgrade, not the old code taking its shells back.
+        let new_code = fell_back.is_none();
         let loaded = journal::load(journal_path)?;
         let mut table = LeaseTable::new(handover.incarnation, config.max_ended);
         let report = loaded.apply(&mut table);
@@ -439,15 +442,32 @@ impl State {
             .added_in_3
             .map(|a| a.holds.into_iter().collect())
             .unwrap_or_default();
+        // Adopted first, started after: until every PTY is adopted, nothing is read, written,
+        // reaped or ended, so a new binary that fails half-way returns to the old code with a
+        // state that is still exactly true (`upgrade::rescue`).
+        pty_io::pause_io();
+        let total = handover.ptys.len();
+        let mut adopted = Vec::with_capacity(total);
         for handed in handover.ptys {
             let held = holds.remove(&handed.binding.pty).unwrap_or_default();
-            state.adopt(handed, held);
+            adopted.extend(state.adopt(handed, held));
+            if new_code && adopted.len() == total.div_ceil(2) && fault::at("resume-adopt") {
+                // Long enough for a reader started too early to have read what was waiting.
+                std::thread::sleep(Duration::from_millis(300));
+                std::process::abort();
+            }
+        }
+        rescue::commit();
+        pty_io::resume_io();
+        for spawned in adopted {
+            state.start_adopted(spawned);
         }
         Ok(state)
     }
 
-    /// Serves a handed-over PTY like one spawned here.
-    fn adopt(&self, h: HandedPty, held: Vec<(String, u64)>) {
+    /// Takes a handed-over PTY into the book, its IO paused by the caller; `None` (logged) when
+    /// it cannot be served and there is no old binary to return to.
+    fn adopt(&self, h: HandedPty, held: Vec<(String, u64)>) -> Option<Spawned> {
         let pty_id = h.binding.pty;
         // Safety: the descriptor number came from the old code, which kept it open for us;
         // nothing else in this process owns it.
@@ -472,11 +492,19 @@ impl State {
         let spawned = match Pty::assemble(parts, counters) {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(binding = %h.binding, "could not serve a handed-over PTY: {e}");
-                return;
+                let why = format!("could not serve the handed-over PTY {}: {e}", h.binding);
+                let e = rescue::fall_back(&why);
+                tracing::error!(binding = %h.binding, "{e:#}");
+                return None;
             }
         };
         self.inner.ptys.insert(pty_id, Arc::clone(&spawned.pty));
+        Some(spawned)
+    }
+
+    /// Starts what an adopted PTY's lease needs: its waiter and its policy timer.
+    fn start_adopted(&self, spawned: Spawned) {
+        let pty_id = spawned.pty.binding.pty;
         let state = self.clone();
         spawned.start_waiter(self.inner.config.exit_output_grace, move |status| {
             state.on_exit(pty_id, status)

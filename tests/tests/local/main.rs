@@ -18,6 +18,7 @@ mod screen;
 mod serve;
 mod serve_hostile;
 mod upgrade;
+mod upgrade_faults;
 mod upgrade_ids;
 mod upgrade_limit;
 

@@ -77,7 +77,7 @@ pub(super) fn exe_of(pid: i32) -> PathBuf {
 
 /// The daemon's open descriptors other than sockets (connections come and go), as `/proc`
 /// names their targets without inode numbers (sorted).
-fn fds_of(pid: i32) -> Vec<String> {
+pub(super) fn fds_of(pid: i32) -> Vec<String> {
     let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
@@ -95,7 +95,7 @@ fn alive(pid: i64) -> bool {
 }
 
 /// (pty id, pid) of every live lease, sorted.
-fn live_leases(home: &TestHome) -> Vec<(String, i64)> {
+pub(super) fn live_leases(home: &TestHome) -> Vec<(String, i64)> {
     let mut rows: Vec<(String, i64)> = home
         .leases_json()
         .iter()
