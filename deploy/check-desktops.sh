@@ -11,7 +11,10 @@
 #     here, so nothing macOS-specific is tested. The agent is not built for macOS; checking it for
 #     macOS must fail only inside agent/src/sys, its Linux port surface.
 #
-#   deploy/check-desktops.sh
+#   deploy/check-desktops.sh [--build-only]
+#
+# --build-only: only the builds, the bundles and the wine shim (deploy/test.sh runs that in the
+# background early, so the full run later finds everything built).
 #
 # Needs: `pip install ziglang cargo-zigbuild` (deploy/test.sh installs them), Debian's wine64 for
 # the Windows tests, the targets' standard libraries (`rustup target add`, done here), and for
@@ -25,6 +28,13 @@
 # Exit status: non-zero when a build or a test fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+build_only=false
+case "${1:-}" in
+    --build-only) build_only=true ;;
+    '') ;;
+    *) printf 'usage: deploy/check-desktops.sh [--build-only]\n' >&2; exit 2 ;;
+esac
 
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}/desktops
 windows=x86_64-pc-windows-gnu
@@ -89,7 +99,7 @@ python3 -m ziglang cc -shared -target x86_64-windows-gnu deploy/fixtures/wine/pr
 
 export WINEDEBUG=-all WINEPREFIX=$target_dir/wine/prefix
 status=0
-while read -r exe; do
+while ! $build_only && read -r exe; do
     cp -f "$shim" "$(dirname "$exe")/"
     log "running $(basename "$exe") under wine"
     "$wine" "$exe" || status=1
@@ -101,6 +111,10 @@ bundle_args=(--debug --out "$bundles" --client "$windows")
 for t in "${macs[@]}"; do bundle_args+=(--client "$t"); done
 bash deploy/bundle.sh "${bundle_args[@]}" >/dev/null
 windows_bundle=$(ls "$bundles"/relay-*-"$windows".tar.gz)
+if $build_only; then
+    log "built; run without --build-only to test"
+    exit 0
+fi
 
 cp -f "$shim" "$bin_dir/"
 log "running relay.exe under wine against the fixture SSH hosts (tests/tests/ssh/windows.rs)"

@@ -5,7 +5,8 @@
 #
 # It installs the Debian packages the tests use, starts a Docker engine, builds the sshd fixture
 # images and the portable agents, then checks format and lints, builds and runs the tests, runs
-# the desktop builds (deploy/check-desktops.sh), the benchmark smoke and the fuzz smoke, and removes the test containers. apt-get and Docker need
+# the desktop builds (deploy/check-desktops.sh), the benchmark smoke and the fuzz smoke, and removes the test containers.
+# The desktop and fuzz builds start early in the background, niced (log: target/prebuild.log). apt-get and Docker need
 # root: run it as root, or as a user who may use sudo (the fixture scripts use sudo themselves).
 # Exit status: a failing set-up, lint or tool-install step stops it with that step's status
 # (set -e); otherwise it runs every stage and exits 0 only when the tests, the benchmark smoke and
@@ -52,19 +53,7 @@ if [ ${#need[@]} -gt 0 ]; then
   "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
 fi
 
-log "Docker engine"
-bash deploy/fixtures/ensure-docker.sh
-
-log "Cleaning containers left by earlier test runs"
-docker ps -aq --filter label=org.testcontainers.managed-by=testcontainers | xargs -r docker rm -f >/dev/null || true
-
-log "Fixture images (sshd hosts built from Debian packages: bookworm, bullseye for glibc 2.31, arm64 under qemu, one without glibc)"
-bash deploy/fixtures/build-images.sh
-bash deploy/fixtures/build-images.sh --suite bullseye
-bash deploy/fixtures/build-images.sh --arch arm64
-bash deploy/fixtures/build-noglibc-image.sh
-
-log "Portable agents (README: pip install ziglang cargo-zigbuild; deploy/build-agents.sh)"
+log "Toolchains: zig and cargo-zigbuild (README: pip install ziglang cargo-zigbuild), Rust targets, nightly and cargo-fuzz"
 if ! command -v cargo-zigbuild >/dev/null; then
   pip_install=(python3 -m pip install --quiet --disable-pip-version-check)
   # Debian's own Python refuses packages outside a virtual environment (PEP 668): then override.
@@ -82,6 +71,35 @@ fi
 for t in aarch64-unknown-linux-gnu x86_64-unknown-linux-musl; do
   rustup target list --installed | grep -x "$t" >/dev/null || rustup target add "$t"
 done
+rustup run nightly rustc --version >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal
+cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+
+log "Desktop and fuzz builds, started in the background (niced; the stages below use them)"
+# The longest builds that nothing before their own stages needs: the connector for Windows and
+# macOS (deploy/check-desktops.sh --build-only) and the fuzz targets. Built meanwhile at the
+# lowest priority, they take the CPU the image builds and the tests leave idle; their stages then
+# find them fresh. A failure here costs nothing: those stages build again and report.
+mkdir -p target
+prebuild_log=$PWD/target/prebuild.log
+# Its own process group (setsid), so that an early exit of this script ends every build in it.
+setsid -w nice -n 19 bash -c 'bash deploy/check-desktops.sh --build-only &&
+  cargo +nightly fuzz build --debug-assertions' >"$prebuild_log" 2>&1 &
+prebuild=$!
+trap 'kill -- -"$prebuild" 2>/dev/null || true' EXIT
+
+log "Docker engine"
+bash deploy/fixtures/ensure-docker.sh
+
+log "Cleaning containers left by earlier test runs"
+docker ps -aq --filter label=org.testcontainers.managed-by=testcontainers | xargs -r docker rm -f >/dev/null || true
+
+log "Fixture images (sshd hosts built from Debian packages: bookworm, bullseye for glibc 2.31, arm64 under qemu, one without glibc)"
+bash deploy/fixtures/build-images.sh
+bash deploy/fixtures/build-images.sh --suite bullseye
+bash deploy/fixtures/build-images.sh --arch arm64
+bash deploy/fixtures/build-noglibc-image.sh
+
+log "Portable agents (deploy/build-agents.sh)"
 bash deploy/build-agents.sh
 
 log "Format and lints"
@@ -105,14 +123,16 @@ else
 fi
 
 log "Desktops: the connector built for Windows and macOS, its unit tests run under wine"
+if ! wait "$prebuild"; then
+  echo "the background desktop or fuzz build failed (built again below); its log's end:"
+  tail -n 20 "$prebuild_log"
+fi
 bash deploy/check-desktops.sh || status=1
 
 log "Benchmark smoke: one short round of every scenario, so none rots (docs/performance.md)"
 cargo test -p relay-tests --bench relay_bench --locked -- --smoke --all || status=1
 
 log "Fuzz smoke: every target 20 s (docs/fuzzing.md)"
-rustup run nightly rustc --version >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal
-cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 cargo fmt --manifest-path fuzz/Cargo.toml --all -- --check || status=1
 fuzz/run.sh --smoke || status=1
 
