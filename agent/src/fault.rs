@@ -10,6 +10,8 @@
 //! its shells back):
 //! - `resume-start`: a panic before the handed-over state is read;
 //! - `resume-state`: the state read is cut to half its length (a damaged state);
+//! - `resume-serve`: the second handed-over PTY cannot be served (as if registering its master
+//!   with the reactor failed);
 //! - `resume-adopt`: an abort (`SIGABRT`) half-way through adopting the handed-over PTYs, after
 //!   a pause long enough for any PTY adopted so far to have output waiting.
 

@@ -329,31 +329,39 @@ pub fn resume(
     rescue::cover(&handover);
     log::init(paths, false).map_err(|e| back(format!("{e:#}")))?;
     // Safety: setting a signal disposition; no handler code runs.
-    unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }.context("ignoring SIGHUP")?;
+    unsafe { signal(Signal::SIGHUP, SigHandler::SigIgn) }
+        .map_err(|e| back(format!("ignoring SIGHUP: {e}")))?;
     log_descriptor_limit(raised);
     let config = Config::from_env().map_err(back)?;
-    let rt = runtime()?;
+    let rt = runtime().map_err(|e| back(format!("starting the runtime: {e}")))?;
     let mut handed = Some((state_fd, fallback));
     let result = rt.block_on(async {
-        let term = tokio_signal(SignalKind::terminate())?;
-        let int = tokio_signal(SignalKind::interrupt())?;
-        unblock_stop_signals();
+        let term = tokio_signal(SignalKind::terminate())
+            .map_err(|e| back(format!("the SIGTERM handler: {e}")))?;
+        let int = tokio_signal(SignalKind::interrupt())
+            .map_err(|e| back(format!("the SIGINT handler: {e}")))?;
         let (listener_fd, lock_fd) = (handover.listener_fd, handover.lock_fd);
-        let state = match State::resume(config, &paths.journal(), handover, fallback_reason) {
-            Ok(state) => state,
-            Err(e) => return Err(rescue::fall_back(&e.to_string())),
-        };
-        drop(handed.take());
+        let resumed = State::resume(config, &paths.journal(), handover, fallback_reason)
+            .map_err(|e| back(e.to_string()))?;
         // Safety: the listener and the lock were handed over by number and are ours alone.
         let listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(listener_fd) };
         let lock = unsafe { File::from_raw_fd(lock_fd) };
-        set_cloexec(listener.as_fd(), true)?;
-        set_cloexec(lock.as_fd(), true)?;
+        let ready = || -> anyhow::Result<_> {
+            set_cloexec(listener.as_fd(), true)?;
+            set_cloexec(lock.as_fd(), true)?;
+            listener.set_nonblocking(true)?;
+            Ok(())
+        };
+        ready().map_err(|e| back(format!("the handed-over listener or lock: {e:#}")))?;
         // The same open file: the lock is held already, this keeps it with the process.
         let lock = Flock::lock(lock, FlockArg::LockExclusiveNonblock)
-            .map_err(|(_, e)| anyhow::anyhow!("the handed-over daemon lock: {e}"))?;
-        listener.set_nonblocking(true)?;
-        let listener = UnixListener::from_std(listener)?;
+            .map_err(|(_, e)| back(format!("the handed-over daemon lock: {e}")))?;
+        let listener = UnixListener::from_std(listener)
+            .map_err(|e| back(format!("the handed-over listener: {e}")))?;
+        // Committed: the shells are this code's now; what the old code kept open can close.
+        let state = resumed.start();
+        drop(handed.take());
+        unblock_stop_signals();
         tracing::info!(pid = std::process::id(), "serving after the upgrade");
         serve_until_stopped(paths, state, listener, lock.as_raw_fd(), term, int).await
     });

@@ -208,7 +208,7 @@ impl Pty {
             input_seq: WriterTable::new(),
             holds: HoldGate::new(),
         };
-        let mut spawned = Pty::assemble(parts, counters).map_err(|e| {
+        let mut spawned = Pty::assemble(parts, counters).map_err(|(e, _master)| {
             let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
             let _ = pty_io::reap(pid);
             failed("could not start the PTY's reader/writer", e.into())
@@ -223,8 +223,12 @@ impl Pty {
     /// runtime.
     ///
     /// # Errors
-    /// No runtime, or the master could not be made non-blocking or registered with the reactor.
-    pub fn assemble(parts: PtyParts, counters: Arc<CounterNote>) -> std::io::Result<Spawned> {
+    /// No runtime, or the master could not be made non-blocking or registered with the reactor;
+    /// with the master, still open (a handed-over one must not close: its shell would hang up).
+    pub fn assemble(
+        parts: PtyParts,
+        counters: Arc<CounterNote>,
+    ) -> Result<Spawned, (std::io::Error, OwnedFd)> {
         let PtyParts {
             binding,
             pid,
@@ -239,11 +243,18 @@ impl Pty {
             input_seq,
             holds,
         } = parts;
-        tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
-        pty_io::set_nonblocking(master.as_fd(), true)?;
+        if let Err(e) = tokio::runtime::Handle::try_current() {
+            return Err((std::io::Error::other(e), master));
+        }
+        if let Err(e) = pty_io::set_nonblocking(master.as_fd(), true) {
+            return Err((e, master));
+        }
         // Safety: the `OwnedFd` is open and owned by the `AsyncFd` for its whole life; its
         // descriptor number does not change.
-        let master = unsafe { AsyncFd::register(master) }.map_err(|e| e.into_parts().1)?;
+        let master = unsafe { AsyncFd::register(master) }.map_err(|e| {
+            let (master, e) = e.into_parts();
+            (e, master)
+        })?;
         let master = Arc::new(master);
         let (input, input_rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let (eof_tx, eof) = oneshot::channel::<()>();

@@ -1,13 +1,15 @@
-//! The new code's way back: from the moment a live upgrade's new binary starts until it has
-//! adopted every handed-over PTY, any failure — an error it returns, a panic on any thread, or a
-//! fatal signal (`SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`, `SIGABRT`) — gives the process back to
-//! the old binary (`fexecve` of the copy the old code kept open) with the same state, told why.
-//! The pid never changes, so the shells stay its children and no PTY master is ever closed: a
-//! new binary that crashes while resuming costs no shell.
+//! The new code's way back: from the moment a live upgrade's new binary starts resuming (its
+//! arguments parsed) until it has adopted every handed-over PTY and is about to serve, any
+//! failure — an error it returns, a panic on any thread, or a fatal signal (`SIGSEGV`, `SIGBUS`,
+//! `SIGILL`, `SIGFPE`, `SIGABRT`) — gives the process back to the old binary (`fexecve` of the
+//! copy the old code kept open) with the same state, told why. The pid never changes, so the
+//! shells stay its children and no PTY master is ever closed: a new binary that crashes while
+//! resuming costs no shell.
 //!
 //! Until [`commit`] the new code reads no output, writes no input, reaps no child and runs no
-//! policy timer (`State::resume` holds those back), so the old code resumes from a state that is
-//! still exactly true: nothing is lost or done twice.
+//! policy timer (`State::resume` holds those back for `Resumed::start`), so the old code resumes
+//! from a state that is still exactly true: nothing is lost or done twice. (The journal is
+//! rewritten from the same book before that, as on any start.)
 //!
 //! A signal handler may not allocate or lock, so everything the way back needs (arguments,
 //! environment, the descriptors to hand over again) is prepared by [`arm`] and [`cover`], and
@@ -36,6 +38,12 @@ const FATAL: [Signal; 5] = [
 
 /// Whether a failure now returns the process to the old binary.
 static ARMED: AtomicBool = AtomicBool::new(false);
+/// The dispositions of [`FATAL`] before [`arm`], restored by [`commit`] (Rust's own
+/// stack-overflow report is one of them).
+static BEFORE: std::sync::Mutex<Vec<(Signal, SigAction)>> = std::sync::Mutex::new(Vec::new());
+/// Longest reason passed to the old binary, in bytes: it goes on the command line (one argument
+/// may hold at most 128 KiB, `MAX_ARG_STRLEN`, execve(2)), and a panic message can be anything.
+const MAX_REASON: usize = 4096;
 /// What the way back needs, prepared; replaced (never freed: a signal handler on another thread
 /// may be reading it) when [`cover`] adds the handed-over descriptors. A few KiB per upgrade.
 static WAY: AtomicPtr<Way> = AtomicPtr::new(std::ptr::null_mut());
@@ -83,15 +91,16 @@ struct Way {
 /// = `home`: call first in the new code, once the descriptor limit is settled (the environment
 /// is taken now). Installs a panic hook (once per process) and handlers for [`FATAL`].
 pub fn arm(exe: BorrowedFd<'_>, state: BorrowedFd<'_>, home: &Path) {
-    install(prepare(exe.as_raw_fd(), state.as_raw_fd(), home, &[], 0, 0));
+    install(prepare(exe.as_raw_fd(), state.as_raw_fd(), home, None, &[]));
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if ARMED.load(Ordering::SeqCst) {
+                // Back first: logging could be what panicked, holding its lock.
                 let why = format!("the new agent panicked while resuming: {info}");
-                tracing::error!("{why}; returning to the old agent");
-                let _ = go_back(&why);
+                let e = go_back(&why);
+                tracing::error!("{why}; the old agent did not start again: {e}");
             }
             previous(info)
         }));
@@ -103,9 +112,12 @@ pub fn arm(exe: BorrowedFd<'_>, state: BorrowedFd<'_>, home: &Path) {
         SaFlags::SA_ONSTACK | SaFlags::SA_NODEFER | SaFlags::SA_RESETHAND,
         SigSet::empty(),
     );
+    let mut before = BEFORE.lock().unwrap_or_else(|p| p.into_inner());
     for signal in FATAL {
         // Safety: the handler calls only async-signal-safe functions.
-        let _ = unsafe { sigaction(signal, &handler) };
+        if let Ok(old) = unsafe { sigaction(signal, &handler) } {
+            before.push((signal, old));
+        }
     }
     ARMED.store(true, Ordering::SeqCst);
 }
@@ -119,9 +131,8 @@ pub fn cover(handover: &Handover) {
         way.exe,
         way.state,
         &way.home.clone(),
+        Some((handover.listener_fd, handover.lock_fd)),
         &masters,
-        handover.listener_fd,
-        handover.lock_fd,
     ));
 }
 
@@ -136,20 +147,17 @@ pub fn fall_back(why: &str) -> anyhow::Error {
     anyhow::anyhow!("cannot resume ({why}), and the old agent did not start again: {err}")
 }
 
-/// Every handed-over PTY is adopted: failures from now on are the new code's own. Restores the
-/// default handling of [`FATAL`]. Does nothing unless armed.
+/// Every handed-over PTY is adopted and the daemon is about to serve: failures from now on are
+/// the new code's own. Restores the handling of [`FATAL`] from before [`arm`]. Does nothing
+/// unless armed.
 pub fn commit() {
     if !ARMED.swap(false, Ordering::SeqCst) {
         return;
     }
-    for signal in FATAL {
-        // Safety: restoring the default disposition.
-        let _ = unsafe {
-            sigaction(
-                signal,
-                &SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty()),
-            )
-        };
+    let before = std::mem::take(&mut *BEFORE.lock().unwrap_or_else(|p| p.into_inner()));
+    for (signal, old) in before {
+        // Safety: restoring the disposition `arm` replaced.
+        let _ = unsafe { sigaction(signal, &old) };
     }
 }
 
@@ -162,13 +170,13 @@ fn install(way: Way) {
     WAY.store(Box::into_raw(Box::new(way)), Ordering::SeqCst);
 }
 
+/// `own`: the listener and the lock, once the handover named them.
 fn prepare(
     exe: RawFd,
     state: RawFd,
     home: &Path,
+    own: Option<(RawFd, RawFd)>,
     masters: &[RawFd],
-    listener: RawFd,
-    lock: RawFd,
 ) -> Way {
     // Safety: the number of an open descriptor the caller keeps open while armed.
     let state_fd = unsafe { BorrowedFd::borrow_raw(state) };
@@ -183,10 +191,11 @@ fn prepare(
         })
         .collect();
     let mut crossing = vec![state];
-    if !masters.is_empty() {
-        crossing.extend([listener, lock]);
-        crossing.extend_from_slice(masters);
-    }
+    crossing.extend(
+        own.into_iter()
+            .flat_map(|(listener, lock)| [listener, lock]),
+    );
+    crossing.extend_from_slice(masters);
     let mut stops = SigSet::empty();
     stops.add(Signal::SIGTERM);
     stops.add(Signal::SIGINT);
@@ -226,15 +235,46 @@ fn exec_back(way: &Way, args: &CArgs) -> std::io::Error {
     }
 }
 
-/// The way back outside a signal handler: the reason may be anything.
+/// The way back outside a signal handler: the reason may be anything (it is cut to
+/// [`MAX_REASON`]). When `fexecve` fails, the descriptors are put back as they were, so the new
+/// code can go on (blocking masters would stall its readers; inheritable ones would leak into
+/// shells).
 fn go_back(why: &str) -> std::io::Error {
     let Some(way) = current() else {
         return std::io::Error::other("the way back was not prepared");
     };
+    let mut cut = why.len().min(MAX_REASON);
+    while !why.is_char_boundary(cut) {
+        cut -= 1;
+    }
     // Safety: see `prepare`.
     let state = unsafe { BorrowedFd::borrow_raw(way.state) };
-    let args = CArgs::new(probe::resume_args(state, Fallback::Because(why)));
-    exec_back(way, &args)
+    let args = CArgs::new(probe::resume_args(state, Fallback::Because(&why[..cut])));
+    // Safety: reading and restoring the flags of descriptors `way` names, open while armed.
+    let flags: Vec<(RawFd, c_int, c_int)> = way
+        .crossing
+        .iter()
+        .map(|&fd| unsafe {
+            (
+                fd,
+                libc::fcntl(fd, libc::F_GETFD),
+                libc::fcntl(fd, libc::F_GETFL),
+            )
+        })
+        .collect();
+    let err = exec_back(way, &args);
+    for (fd, fd_flags, status_flags) in flags {
+        // Safety: as above.
+        unsafe {
+            if fd_flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, fd_flags);
+            }
+            if status_flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFL, status_flags);
+            }
+        }
+    }
+    err
 }
 
 extern "C" fn on_fatal(signal: c_int) {

@@ -380,8 +380,9 @@ impl State {
     }
 
     /// The new code's start: the lease book from the journal with the incarnation kept, the
-    /// handed PTYs adopted (readers, writers, waiters, timers), leases whose PTY did not come
-    /// along ended as `AgentRestarted`. `fell_back`: this is the old code taking its shells back
+    /// handed PTYs adopted with their IO paused and nothing started ([`Resumed::start`] starts
+    /// readers, writers, waiters and timers), leases whose PTY did not come along ended as
+    /// `AgentRestarted`. `fell_back`: this is the old code taking its shells back
     /// from a new binary that could not resume, and why (recorded as the upgrade's failure).
     ///
     /// # Errors
@@ -391,7 +392,7 @@ impl State {
         journal_path: &Path,
         handover: Handover,
         fell_back: Option<String>,
-    ) -> std::io::Result<State> {
+    ) -> std::io::Result<Resumed> {
         // The new code of an upgrade, not the old code taking its shells back.
         let new_code = fell_back.is_none();
         let loaded = journal::load(journal_path)?;
@@ -450,24 +451,22 @@ impl State {
         let mut adopted = Vec::with_capacity(total);
         for handed in handover.ptys {
             let held = holds.remove(&handed.binding.pty).unwrap_or_default();
-            adopted.extend(state.adopt(handed, held));
+            // The test fault: the second PTY cannot be served.
+            let refuse = new_code && adopted.len() == 1 && fault::at("resume-serve");
+            adopted.extend(state.adopt(handed, held, refuse));
             if new_code && adopted.len() == total.div_ceil(2) && fault::at("resume-adopt") {
                 // Long enough for a reader started too early to have read what was waiting.
                 std::thread::sleep(Duration::from_millis(300));
                 std::process::abort();
             }
         }
-        rescue::commit();
-        pty_io::resume_io();
-        for spawned in adopted {
-            state.start_adopted(spawned);
-        }
-        Ok(state)
+        Ok(Resumed { state, adopted })
     }
 
     /// Takes a handed-over PTY into the book, its IO paused by the caller; `None` (logged) when
-    /// it cannot be served and there is no old binary to return to.
-    fn adopt(&self, h: HandedPty, held: Vec<(String, u64)>) -> Option<Spawned> {
+    /// it cannot be served and there is no old binary to return to. `refuse`: fail as if it
+    /// could not be served (a test fault point).
+    fn adopt(&self, h: HandedPty, held: Vec<(String, u64)>, refuse: bool) -> Option<Spawned> {
         let pty_id = h.binding.pty;
         // Safety: the descriptor number came from the old code, which kept it open for us;
         // nothing else in this process owns it.
@@ -489,12 +488,20 @@ impl State {
             holds: HoldGate::resumed(held, self.inner.config.hold_grace),
         };
         let counters = Arc::new(CounterNote::new(pty_id, self.inner.counters.clone()));
-        let spawned = match Pty::assemble(parts, counters) {
+        let assembled = if refuse {
+            let e = std::io::Error::other("test fault resume-serve");
+            Err((e, parts.master))
+        } else {
+            Pty::assemble(parts, counters)
+        };
+        let spawned = match assembled {
             Ok(s) => s,
-            Err(e) => {
+            Err((e, master)) => {
+                // The master stays open until the old binary has it again.
                 let why = format!("could not serve the handed-over PTY {}: {e}", h.binding);
                 let e = rescue::fall_back(&why);
                 tracing::error!(binding = %h.binding, "{e:#}");
+                drop(master);
                 return None;
             }
         };
@@ -510,6 +517,26 @@ impl State {
             state.on_exit(pty_id, status)
         });
         self.arm(pty_id);
+    }
+}
+
+/// The new code's state after [`State::resume`]: every handed-over PTY adopted, none started.
+pub struct Resumed {
+    state: State,
+    adopted: Vec<Spawned>,
+}
+
+impl Resumed {
+    /// Commits the upgrade ([`rescue::commit`]: failures are the new code's own from now on) and
+    /// starts every adopted PTY: IO resumes, waiters and policy timers start. Call once the
+    /// daemon is ready to serve.
+    pub fn start(self) -> State {
+        rescue::commit();
+        pty_io::resume_io();
+        for spawned in self.adopted {
+            self.state.start_adopted(spawned);
+        }
+        self.state
     }
 }
 

@@ -1,6 +1,6 @@
 //! A live upgrade whose new binary fails after `execve`, while it resumes: it panics before
-//! reading the state, it reads a damaged state, or it dies of `SIGABRT` half-way through
-//! adopting the PTYs (the agent's test fault points, `agent/src/fault.rs`). Each time the old
+//! reading the state, it reads a damaged state, it cannot serve one of the PTYs, or it dies of
+//! `SIGABRT` half-way through adopting them (the agent's test fault points, `agent/src/fault.rs`). Each time the old
 //! code takes the process back (`agent/src/upgrade/rescue.rs`): the same pid serves every
 //! shell with the same PTY ids and pids, every byte of output arrives once and in order,
 //! input and exits work, and the failure is reported.
@@ -112,6 +112,12 @@ async fn a_new_binary_that_panics_before_reading_the_state_returns_the_shells() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_binary_that_reads_a_damaged_state_returns_the_shells() {
     the_old_code_takes_the_shells_back("resume-state", "handover state is damaged").await;
+}
+
+/// Its master stays open until the old code has it again: closing it would hang up its shell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_binary_that_cannot_serve_one_pty_returns_the_shells() {
+    the_old_code_takes_the_shells_back("resume-serve", "could not serve the handed-over PTY").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
