@@ -1,8 +1,9 @@
 //! Processes and descriptors: the descriptors the daemon inherited, who is on the other end of
-//! a socket, waiting for a child without reaping it.
+//! a socket, waiting for a child without reaping it, running an open executable.
 
+use std::ffi::c_char;
 use std::fs;
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 
@@ -61,6 +62,24 @@ pub fn has_exited(pid: u32) -> bool {
         waitid(Id::Pid(nix::unistd::Pid::from_raw(pid as i32)), flags),
         Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
     )
+}
+
+/// Runs the executable open at `exe` in this process (`fexecve(3)`: found even if its file was
+/// replaced or removed since it was opened) with `args` and `env`. Async-signal-safe: nothing
+/// is allocated (a live upgrade's way back runs it in a signal handler). Returns only on
+/// failure, with `errno`.
+///
+/// # Safety
+/// `args` and `env` must be NULL-terminated arrays of pointers to NUL-terminated strings, valid
+/// for the call.
+pub unsafe fn exec_open_file(
+    exe: RawFd,
+    args: *const *const c_char,
+    env: *const *const c_char,
+) -> std::io::Error {
+    // Safety: as the caller promised.
+    unsafe { nix::libc::fexecve(exe, args, env) };
+    std::io::Error::last_os_error()
 }
 
 /// The `recvmsg` flag that makes descriptors received with `SCM_RIGHTS` close-on-exec as they

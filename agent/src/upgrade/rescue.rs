@@ -26,6 +26,7 @@ use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal
 
 use super::probe::{self, Fallback};
 use super::Handover;
+use crate::sys::process::exec_open_file;
 
 /// The signals that end a process by default because its code went wrong.
 const FATAL: [Signal; 5] = [
@@ -228,8 +229,7 @@ fn exec_back(way: &Way, args: &CArgs) -> std::io::Error {
         }
         let mut before: libc::sigset_t = std::mem::zeroed();
         libc::pthread_sigmask(libc::SIG_BLOCK, &way.stops, &mut before);
-        libc::fexecve(way.exe, args.ptrs.as_ptr(), way.env.ptrs.as_ptr());
-        let err = std::io::Error::last_os_error();
+        let err = exec_open_file(way.exe, args.ptrs.as_ptr(), way.env.ptrs.as_ptr());
         libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
         err
     }
