@@ -393,18 +393,24 @@ async fn a_binary_that_cannot_take_over_leaves_the_old_daemon_serving() {
     );
     drop(session);
     let session = home.session().await;
-    let mut h = attach_from(&session, &echo, 0).await;
-    let mut out = Collected::default();
-    session.input(&echo, b"still-here\n").await.unwrap();
-    read_until_text(&mut h, &mut out, "got:still-here")
-        .await
-        .unwrap();
-    assert!(out.gaps.is_empty());
+    still_answers(&session, &echo).await;
     let again = session
         .create(PaneKey::new("up", "again", "0"), sh("exit 4"))
         .await
         .expect("creates are accepted again after a failed upgrade");
     assert!(!again.existed);
+}
+
+/// Requires the echo shell `echo` (`while read l; do echo got:$l; done`) to answer a line,
+/// its output from offset 0 without a gap.
+pub(super) async fn still_answers(session: &Session, echo: &Binding) {
+    let mut h = attach_from(session, echo, 0).await;
+    let mut out = Collected::default();
+    session.input(echo, b"still-here\n").await.unwrap();
+    read_until_text(&mut h, &mut out, "got:still-here")
+        .await
+        .unwrap();
+    assert!(out.gaps.is_empty(), "{echo}: {:?}", out.gaps);
 }
 
 /// A script that answers the version probe like a newer agent but cannot read the state: the

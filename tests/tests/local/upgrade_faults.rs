@@ -9,7 +9,9 @@ use relay_protocol::{Binding, PaneKey};
 use relay_tests::{read_until, read_until_text, Collected, TestHome, LIVENESS};
 
 use super::sh;
-use super::upgrade::{agent_copy_in, attach_from, exe_of, fds_of, live_leases, text};
+use super::upgrade::{
+    agent_copy_in, attach_from, exe_of, fds_of, live_leases, still_answers, text,
+};
 
 /// 600 numbered lines over about 6 s, then exit 3: mid-output during the upgrade.
 const COUNTER: &str =
@@ -86,12 +88,7 @@ async fn the_old_code_takes_the_shells_back(point: &str, why: &str) {
         );
         assert_eq!(out.exit, Some((3, None)), "{point} {b}");
     }
-    let mut h = attach_from(&session, &echo, 0).await;
-    let mut out = Collected::default();
-    session.input(&echo, b"still-here\n").await.unwrap();
-    read_until_text(&mut h, &mut out, "got:still-here")
-        .await
-        .unwrap();
+    still_answers(&session, &echo).await;
     let fresh = session
         .create(pane("fresh"), sh("exit 0"))
         .await
