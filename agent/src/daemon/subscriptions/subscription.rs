@@ -16,7 +16,7 @@
 //! up to its offset. Snapshot bytes are not output offsets and take no credit.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use relay_protocol::message::{Exited, Output, OutputGap, Snapshot};
 use relay_protocol::{Message, Push};
@@ -66,9 +66,12 @@ pub enum Mode {
     },
 }
 
-/// A running subscription; dropping it stops the forwarding task.
+/// A running subscription; dropping it stops the forwarding task, and nothing it forwards
+/// reaches the connection after the drop returns.
 pub struct Subscription {
     task: JoinHandle<()>,
+    /// Whether the task may still hand pushes to the connection (see [`Forwarder::send`]).
+    open: Arc<Mutex<bool>>,
     /// This subscriber's count on the lease; dropped with the subscription (after the task is
     /// aborted), it detaches.
     attachment: Attachment,
@@ -110,7 +113,9 @@ impl Subscription {
             None => Credit::unlimited(first),
         };
         let sent = Arc::new(AtomicU64::new(first));
+        let open = Arc::new(Mutex::new(true));
         let forwarder = Forwarder {
+            open: Arc::clone(&open),
             pty: Arc::clone(attachment.pty()),
             credit,
             chunk: chunk.max(1),
@@ -122,6 +127,7 @@ impl Subscription {
         let task = tokio::spawn(forwarder.run(start).in_current_span());
         Subscription {
             task,
+            open,
             attachment,
             acks,
             sent,
@@ -155,11 +161,16 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        // Closed first: an abort takes effect only at the task's next await, and a push it
+        // completes meanwhile would follow the reply of the attach that replaced it, where the
+        // client would take it for the new subscription's output.
+        *self.open.lock_unpoisoned() = false;
         self.task.abort();
     }
 }
 
 struct Forwarder {
+    open: Arc<Mutex<bool>>,
     pty: Arc<Pty>,
     credit: Credit,
     chunk: usize,
@@ -196,8 +207,16 @@ impl Forwarder {
         Ok(())
     }
 
+    /// Hands `push` to the connection once it has room, unless the subscription was dropped
+    /// meanwhile (checked under the same lock the drop takes, so nothing follows it).
     async fn send(&self, push: Push) -> Result<(), Closed> {
-        self.out.send(Message::Push(push)).await.map_err(|_| Closed)
+        let permit = self.out.reserve().await.map_err(|_| Closed)?;
+        let open = self.open.lock_unpoisoned();
+        if !*open {
+            return Err(Closed);
+        }
+        permit.send(Message::Push(push));
+        Ok(())
     }
 
     /// Forwards held events with a key above `events_after` whose offset the output reached.
