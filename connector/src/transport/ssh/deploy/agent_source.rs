@@ -26,6 +26,8 @@
 //! host can run (a stale portable agent only where the native one cannot run, with a warning).
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
@@ -231,11 +233,45 @@ pub(crate) struct LocalAgent {
     pub(crate) name: String,
 }
 
+/// A file's size and modification time: when either changed, the file is read again.
+type Stamp = (u64, Option<SystemTime>);
+
+/// The agent binaries that connects in flight hold, shared: hosts connecting at once (a fleet
+/// after the laptop wakes) read and hash each binary once instead of once per host. Only weak
+/// references: a binary is freed when the last connect using it is done.
+static LOADED: tokio::sync::Mutex<Vec<(PathBuf, Stamp, Weak<LocalAgent>)>> =
+    tokio::sync::Mutex::const_new(Vec::new());
+
 impl LocalAgent {
-    pub(crate) async fn load(path: &Path) -> Result<Self, Error> {
-        let bytes = tokio::fs::read(path).await.map_err(|e| {
-            Error::deploy(format!("cannot read agent binary {}", path.display())).caused_by(e)
-        })?;
+    /// The agent binary at `path`, read and hashed, or the copy a connect in flight already
+    /// holds when the file's size and modification time are still the same.
+    ///
+    /// # Errors
+    /// [`Error::Deploy`] when the file cannot be read; [`Error::NoAgentBinary`] when it is not
+    /// an ELF executable the deploy can check.
+    pub(crate) async fn load(path: &Path) -> Result<Arc<Self>, Error> {
+        let unreadable =
+            |e| Error::deploy(format!("cannot read agent binary {}", path.display())).caused_by(e);
+        let meta = tokio::fs::metadata(path).await.map_err(unreadable)?;
+        let stamp = (meta.len(), meta.modified().ok());
+        // Held while reading: a second connect waits for the first read instead of its own.
+        let mut loaded = LOADED.lock().await;
+        loaded.retain(|(_, _, agent)| agent.strong_count() > 0);
+        let held = loaded
+            .iter()
+            .find(|(p, s, _)| p == path && *s == stamp)
+            .and_then(|(_, _, agent)| agent.upgrade());
+        if let Some(agent) = held {
+            return Ok(agent);
+        }
+        let bytes = tokio::fs::read(path).await.map_err(unreadable)?;
+        let agent = Arc::new(Self::check(path, bytes).await?);
+        loaded.push((path.to_path_buf(), stamp, Arc::downgrade(&agent)));
+        Ok(agent)
+    }
+
+    /// Hashes `bytes`, read from `path`, and reads the glibc it needs.
+    async fn check(path: &Path, bytes: Vec<u8>) -> Result<Self, Error> {
         let (bytes, sha256, glibc) = tokio::task::spawn_blocking(move || {
             let hash = hex::encode(Sha256::digest(&bytes));
             let glibc = host_check::glibc_needed(&bytes);
@@ -292,6 +328,28 @@ mod tests {
         );
         assert_eq!(static_target("aarch64-apple-darwin"), None);
         assert!(source.host_candidates("aarch64-apple-darwin").is_err());
+    }
+
+    #[tokio::test]
+    async fn hosts_connecting_at_once_share_one_read_of_the_agent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("relay-agent");
+        std::fs::copy("/bin/true", &path).unwrap();
+        let (a, b) = tokio::join!(LocalAgent::load(&path), LocalAgent::load(&path));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(Arc::ptr_eq(&a, &b), "one read for both connects");
+        // A rebuilt binary is read again, while connects still hold the old one.
+        let mut rebuilt = std::fs::read(&path).unwrap();
+        rebuilt.extend_from_slice(b"rebuilt");
+        std::fs::write(&path, &rebuilt).unwrap();
+        let c = LocalAgent::load(&path).await.unwrap();
+        assert!(!Arc::ptr_eq(&a, &c), "the new file, not the copy held");
+        assert_ne!(a.sha256, c.sha256);
+        assert_eq!(c.bytes, rebuilt);
+        // Once no connect holds it, it is freed, not kept for the process's life.
+        let weak = Arc::downgrade(&c);
+        drop((a, b, c));
+        assert!(weak.upgrade().is_none());
     }
 
     #[test]

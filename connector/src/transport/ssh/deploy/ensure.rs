@@ -3,6 +3,7 @@
 //! the [module documentation](super) for the whole sequence).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use russh::client::Handle;
@@ -37,7 +38,7 @@ pub(crate) struct Installed {
 /// An agent installed on the host (uploaded and verified, or found by name: the bridge command
 /// verifies it), with the local binary kept for replacing a corrupt file.
 pub(crate) struct Deployed {
-    agent: LocalAgent,
+    agent: Arc<LocalAgent>,
     /// How an upload to this host travels.
     packing: Packing,
     /// What was done.
