@@ -422,6 +422,7 @@ pub mod inspect;
 pub mod pty_run;
 pub mod shaper;
 pub mod sidecar;
+pub mod usage;
 
 /// Every state a [`Host`] went through, recorded by a background task (a watch channel alone
 /// would let a test miss short states such as `Unresponsive`).

@@ -7,9 +7,9 @@
 use relay_connector::Session;
 use relay_tests::fixture::portable_agents;
 
-use super::scale::Usage;
 use super::stats::{rate_row, row, runs, smoke, Row};
 use super::*;
+use relay_tests::usage::Usage;
 
 const ECHO_RUNS: usize = 200;
 const GNU: &str = "relay-agent-x86_64-unknown-linux-gnu";
@@ -106,7 +106,7 @@ async fn measure(agent: &std::path::Path) -> anyhow::Result<Figures> {
         read_to(&mut handle, |text, _| text.ends_with(&want)).await?;
         echo.push(t.elapsed());
     }
-    let rss_idle = Usage::of(pid)?;
+    let rss_idle = Usage::of(pid as u32)?;
 
     let mut rates = Vec::new();
     for i in 0..runs(THROUGHPUT_RUNS) {
@@ -126,7 +126,7 @@ async fn measure(agent: &std::path::Path) -> anyhow::Result<Figures> {
     }
     // Let every terminal model catch up with its prompt.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss_panes = Usage::of(pid)?;
+    let rss_panes = Usage::of(pid as u32)?;
     Ok(Figures {
         echo,
         rate: rates,

@@ -6,6 +6,8 @@
 
 use std::process::Command;
 
+use relay_tests::usage::Usage;
+
 use super::stats::{row, runs, smoke, Row};
 use super::*;
 
@@ -33,9 +35,9 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         }
         // Let every terminal model catch up with its prompt.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let relay = Usage::of(pid)?;
+        let relay = Usage::of(pid as u32)?;
         let base = match tmux.as_ref() {
-            Some(t) => Some(Usage::of(t.pid)?),
+            Some(t) => Some(Usage::of(t.pid as u32)?),
             None => None,
         };
         let base_cell = base.map_or("tmux not installed".into(), |b| b.show());
@@ -88,41 +90,6 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// A process's thread count, resident memory and open descriptors.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Usage {
-    threads: u64,
-    rss_kib: u64,
-    fds: usize,
-}
-
-impl Usage {
-    pub(super) fn of(pid: i32) -> anyhow::Result<Usage> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                .ok_or_else(|| anyhow::anyhow!("no {name} in /proc/{pid}/status"))
-        };
-        Ok(Usage {
-            threads: field("Threads:")?,
-            rss_kib: field("VmRSS:")?,
-            fds: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count(),
-        })
-    }
-
-    pub(super) fn show(&self) -> String {
-        format!(
-            "{} threads, {:.1} MiB, {} fds",
-            self.threads,
-            self.rss_kib as f64 / 1024.0,
-            self.fds
-        )
-    }
 }
 
 /// A private tmux server (its own socket, no config file) with `windows` idle `sh -i` windows.

@@ -203,16 +203,7 @@ async fn idle_rss(home: &TestHome, session: &Session) -> anyhow::Result<f64> {
 }
 
 fn rss_kib(pid: i32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .ok_or_else(|| anyhow::anyhow!("no VmRSS"))?;
-    Ok(line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0))
+    Ok(relay_tests::usage::Usage::of(pid as u32)?.rss_kib as f64)
 }
 
 async fn wait_output(session: &Session, pane: &PaneKey, bytes: u64) -> anyhow::Result<()> {

@@ -17,16 +17,8 @@ const PANES: usize = 80;
 
 /// `Threads:` and the number of open descriptors of `pid`.
 fn usage(pid: i32) -> (usize, usize) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("daemon status");
-    let threads = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("a Threads line");
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .expect("daemon fds")
-        .count();
-    (threads, fds)
+    let usage = relay_tests::usage::Usage::of(pid as u32).expect("the daemon's /proc entries");
+    (usage.threads as usize, usage.fds)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,15 +39,8 @@ fn echo(app: &mut Sidecar, binding: &Value, word: &str, n: u32) -> Duration {
 
 /// `(peak, now)` resident memory of `pid` in KiB (`VmHWM`, `VmRSS` of /proc/PID/status).
 fn memory_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        let line = status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"));
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    };
-    (field("VmHWM:"), field("VmRSS:"))
+    let usage = relay_tests::usage::Usage::of(pid).unwrap();
+    (usage.peak_kib, usage.rss_kib)
 }
 
 /// A hostile app writes 60,000 `workspace.hydrate` calls without waiting for any answer (before
