@@ -29,7 +29,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::task::JoinHandle;
 
-use crate::fixture::{ExecOut, SshHost};
+use crate::fixture::{docker, ExecOut, SshHost};
 use relay_connector::LockExt;
 
 /// sshd's port inside the container.
@@ -331,25 +331,35 @@ impl SshHost {
     /// # Errors
     /// When not root, when the container is not running, or when docker, `nsenter` or `ss` fail.
     pub async fn kill_ssh_connections(&self) -> Result<usize> {
+        kill_ssh_connections_of(self.id().to_string()).await
+    }
+
+    /// [`SshHost::kill_ssh_connections`] every `every`, from now until the returned guard is
+    /// stopped or dropped. The background task holds the container's id, not the host: a test
+    /// that fails while it runs drops the host (and removes its container) as usual, instead of
+    /// leaving the removal to a task dropped while its runtime shuts down (which hangs).
+    ///
+    /// # Errors
+    /// When not root. Failures of a kill are reported by [`KillingConnections::stop`].
+    pub fn kill_ssh_connections_every(&self, every: Duration) -> Result<KillingConnections> {
+        require_root("kill_ssh_connections_every()")?;
         let id = self.id().to_string();
-        let (before, killed) = tokio::task::spawn_blocking(move || -> Result<(usize, usize)> {
-            require_root("kill_ssh_connections()")?;
-            let pid =
-                container_pid(&id)?.ok_or_else(|| anyhow!("container {id} is not running"))?;
-            let before = ss_established(pid, false)?;
-            let killed = if before == 0 {
-                0
-            } else {
-                ss_established(pid, true)?
-            };
-            Ok((before, killed))
+        let cancel = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let cancel = cancel.clone();
+            async move {
+                let mut killed = 0;
+                while !cancel.load(Ordering::SeqCst) {
+                    killed += kill_ssh_connections_of(id.clone()).await?;
+                    tokio::time::sleep(every).await;
+                }
+                Ok(killed)
+            }
+        });
+        Ok(KillingConnections {
+            cancel,
+            task: Some(task),
         })
-        .await??;
-        if before > 0 && killed == 0 {
-            // `ss -K` prints nothing when the kernel cannot destroy sockets (no SOCK_DESTROY).
-            return self.kill_sshd_sessions().await;
-        }
-        Ok(killed)
     }
 
     /// Kills (SIGKILL) every sshd process except the listener (pid 1): the per-connection
@@ -362,19 +372,77 @@ impl SshHost {
     /// # Errors
     /// When docker fails, or sshd processes are still there after 100 rounds.
     pub async fn kill_sshd_sessions(&self) -> Result<usize> {
-        let out = self.exec_as("root", KILL_SSHD_SESSIONS).await?;
-        if out.code != 0 {
-            bail!("killing the sshd sessions failed: {}", out.stderr.trim());
+        kill_sshd_sessions_of(self.id()).await
+    }
+}
+
+/// [`SshHost::kill_ssh_connections`] of the container `id`.
+async fn kill_ssh_connections_of(id: String) -> Result<usize> {
+    let (before, killed) = tokio::task::spawn_blocking({
+        let id = id.clone();
+        move || -> Result<(usize, usize)> {
+            require_root("kill_ssh_connections()")?;
+            let pid =
+                container_pid(&id)?.ok_or_else(|| anyhow!("container {id} is not running"))?;
+            let before = ss_established(pid, false)?;
+            let killed = if before == 0 {
+                0
+            } else {
+                ss_established(pid, true)?
+            };
+            Ok((before, killed))
         }
-        let counts: Vec<usize> = out
-            .out()
-            .split_whitespace()
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("reading {:?}", out.out()))?;
-        match counts[..] {
-            [before, after] => Ok(before.saturating_sub(after)),
-            _ => bail!("expected two counts, got {:?}", out.out()),
+    })
+    .await??;
+    if before > 0 && killed == 0 {
+        // `ss -K` prints nothing when the kernel cannot destroy sockets (no SOCK_DESTROY).
+        return kill_sshd_sessions_of(&id).await;
+    }
+    Ok(killed)
+}
+
+/// [`SshHost::kill_sshd_sessions`] of the container `id`.
+async fn kill_sshd_sessions_of(id: &str) -> Result<usize> {
+    let out = docker(&["exec", "-u", "root", id, "sh", "-c", KILL_SSHD_SESSIONS]).await?;
+    if out.code != 0 {
+        bail!("killing the sshd sessions failed: {}", out.stderr.trim());
+    }
+    let counts: Vec<usize> = out
+        .out()
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {:?}", out.out()))?;
+    match counts[..] {
+        [before, after] => Ok(before.saturating_sub(after)),
+        _ => bail!("expected two counts, got {:?}", out.out()),
+    }
+}
+
+/// A running [`SshHost::kill_ssh_connections_every`]. Dropping it stops the kills at once.
+#[must_use = "dropping the guard stops the kills at once"]
+pub struct KillingConnections {
+    cancel: Arc<AtomicBool>,
+    task: Option<JoinHandle<Result<usize>>>,
+}
+
+impl KillingConnections {
+    /// Stops after the kill under way, if any; returns how many connections were killed in all.
+    ///
+    /// # Errors
+    /// The first kill that failed.
+    pub async fn stop(mut self) -> Result<usize> {
+        self.cancel.store(true, Ordering::SeqCst);
+        let task = self.task.take().expect("the task is only taken once");
+        task.await?
+    }
+}
+
+impl Drop for KillingConnections {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            self.cancel.store(true, Ordering::SeqCst);
+            task.abort();
         }
     }
 }

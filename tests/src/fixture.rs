@@ -77,7 +77,7 @@ fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-async fn docker(args: &[&str]) -> Result<ExecOut> {
+pub(crate) async fn docker(args: &[&str]) -> Result<ExecOut> {
     let out = tokio::process::Command::new("docker")
         .args(args)
         .stdin(Stdio::null())

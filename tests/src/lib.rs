@@ -417,6 +417,7 @@ fn digest_line(tool: &str, data: &[u8]) -> String {
 
 pub mod faults;
 pub mod fixture;
+pub mod fleet;
 pub mod images;
 pub mod inspect;
 pub mod pty_run;

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -126,18 +126,28 @@ impl Sidecar {
 
     /// The first message (kept or new) `pick` accepts, waiting up to [`LIVENESS`]; panics naming
     /// `what` when none comes.
-    pub fn take(&mut self, what: &str, mut pick: impl FnMut(&Value) -> bool) -> Value {
+    pub fn take(&mut self, what: &str, pick: impl FnMut(&Value) -> bool) -> Value {
+        self.take_within(what, LIVENESS, pick)
+    }
+
+    /// [`Sidecar::take`], waiting up to `within`.
+    pub fn take_within(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut pick: impl FnMut(&Value) -> bool,
+    ) -> Value {
         if let Some(i) = self.kept.iter().position(&mut pick) {
             return self.kept.remove(i).expect("index in range");
         }
-        let deadline = Instant::now() + LIVENESS;
+        let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {
                 Ok(m) if pick(&m) => return m,
                 Ok(m) => self.kept.push_back(m),
                 Err(RecvTimeoutError::Timeout) => {
-                    panic!("no {what} within {LIVENESS:?}; {}", self.kept_summary())
+                    panic!("no {what} within {within:?}; {}", self.kept_summary())
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     panic!(

@@ -13,7 +13,9 @@ use relay_tests::fixture::SshHost;
 use relay_tests::shaper::{Link, Shaper};
 use tokio::io::AsyncReadExt;
 
-use super::resilience::{host_via, plain_echo_via, reattach_times, Echo, RAW_CAT};
+use relay_tests::fleet::RAW_CAT;
+
+use super::resilience::{host_via, plain_echo_via, reattach_times, Echo};
 use super::stats::{rate_row, row, runs, smoke, Row};
 use super::*;
 

@@ -12,6 +12,8 @@
 //! cargo bench -p relay-tests --bench relay_bench -- --link             # 50 / 200 ms links (Docker)
 //! cargo bench -p relay-tests --bench relay_bench -- --serve            # the app sidecar vs the library
 //! cargo bench -p relay-tests --bench relay_bench -- --agents           # static (musl) vs glibc agent
+//! cargo bench -p relay-tests --bench relay_bench -- --fleet            # 20 / 50 hosts on one connector
+//!                                                                      # (Docker)
 //! cargo bench -p relay-tests --bench relay_bench -- --all              # every group
 //! cargo test -p relay-tests --bench relay_bench -- --smoke --all       # CI: one short round each
 //! ```
@@ -29,6 +31,7 @@ use relay_protocol::{PaneKey, SpawnSpec};
 use relay_tests::TestHome;
 
 mod agents;
+mod fleet;
 mod link;
 mod resilience;
 mod scale;
@@ -59,8 +62,9 @@ async fn main() -> anyhow::Result<()> {
     let flag = |g: &str| args.iter().any(|a| a == g);
     stats::set_smoke(flag("--smoke"));
     let group = |g: &str| flag(g) || flag("--all");
-    const GROUPS: [&str; 9] = [
+    const GROUPS: [&str; 10] = [
         "--agents",
+        "--fleet",
         "--echo",
         "--ssh",
         "--serve",
@@ -100,6 +104,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if group("--agents") {
         agents::run(&mut rows).await?;
+    }
+    if group("--fleet") {
+        fleet::run(&mut rows).await?;
     }
     stats::print(&rows);
     Ok(())

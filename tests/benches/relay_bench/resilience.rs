@@ -14,8 +14,10 @@ use std::sync::Arc;
 use relay_connector::ssh::SshTransport;
 use relay_connector::{Host, HostOptions, HostState, InputWriter};
 use relay_tests::fixture::SshHost;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use relay_tests::fleet::RAW_CAT;
+use tokio::io::AsyncReadExt;
 
+use super::fleet::PlainCat;
 use super::*;
 
 const RUNS: usize = 3;
@@ -286,8 +288,6 @@ impl Echo {
     }
 }
 
-pub(super) const RAW_CAT: &str = "stty raw -echo; echo ready; exec cat";
-
 /// Echo round trip, p50 and p99: idle; next to a `yes` in a PTY on the host that neither tool
 /// serves (what the flood costs the host by itself); next to a pane flooding with `yes` whose
 /// output is read as fast as it comes; next to one whose output nobody reads. Baselines:
@@ -479,38 +479,14 @@ async fn plain_echo_with(
     samples: usize,
 ) -> anyhow::Result<Vec<Duration>> {
     let args = [extra, &["-tt", RAW_CAT]].concat();
-    let mut child = tokio::process::Command::from(ssh.plain_ssh_via(port, &args))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let mut stdout = child.stdout.take().expect("piped");
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&seen).contains("ready") {
-        let n = stdout.read(&mut buf).await?;
-        anyhow::ensure!(n > 0, "ssh ended");
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let mut cat = PlainCat::spawn(ssh.plain_ssh_via(port, &args)).await?;
     let mut out = Vec::with_capacity(samples);
     for i in 0..samples + 20 {
-        let byte = b'a' + (i % 26) as u8;
-        let t = Instant::now();
-        stdin.write_all(&[byte]).await?;
-        stdin.flush().await?;
-        loop {
-            let n = stdout.read(&mut buf).await?;
-            anyhow::ensure!(n > 0, "ssh ended");
-            if buf[..n].contains(&byte) {
-                break;
-            }
-        }
+        let sample = cat.round_trip(b'a' + (i % 26) as u8).await?;
         if i >= 20 {
-            out.push(t.elapsed());
+            out.push(sample);
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let _ = child.kill().await;
     Ok(out)
 }

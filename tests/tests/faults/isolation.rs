@@ -5,90 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use relay_connector::{Host, HostState, InputWriter, PaneEvent, PaneHandle};
+use relay_connector::{HostState, PaneEvent};
 use relay_tests::StateLog;
 
-use crate::rig::{sh, Pane, Rig, ECHO_LOOP};
-
-/// A pane running a raw, echo-less `cat`, read directly by the measuring loop.
-struct Echo {
-    handle: PaneHandle,
-    input: InputWriter,
-}
-
-impl Echo {
-    async fn open(host: &Host, ws: &str) -> Echo {
-        let (created, mut handle) = host
-            .workspace(ws)
-            .open("echo", "0", sh("stty raw -echo; echo ready; exec cat"))
-            .await
-            .unwrap();
-        let mut seen = String::new();
-        while !seen.contains("ready") {
-            match tokio::time::timeout(Duration::from_secs(30), handle.next()).await {
-                Ok(Some(PaneEvent::Output { data, .. })) => {
-                    seen.push_str(&String::from_utf8_lossy(&data))
-                }
-                other => panic!("echo pane not ready: {other:?}"),
-            }
-        }
-        Echo {
-            input: host.input_writer(&created.binding),
-            handle,
-        }
-    }
-
-    /// One round trip: a byte in, the same byte out.
-    async fn round_trip(&mut self, byte: u8) -> Duration {
-        let start = Instant::now();
-        self.input.push(vec![byte]).unwrap();
-        loop {
-            match tokio::time::timeout(Duration::from_secs(30), self.handle.next()).await {
-                Ok(Some(PaneEvent::Output { data, .. })) if data.contains(&byte) => {
-                    return start.elapsed()
-                }
-                Ok(Some(PaneEvent::Output { .. })) => {}
-                other => panic!("no echo: {other:?}"),
-            }
-        }
-    }
-
-    /// The median of `n` round trips, `pause` apart.
-    async fn median(&mut self, n: usize, pause: Duration) -> Duration {
-        self.median_spanning(n, pause, || true).await
-    }
-
-    /// The median of at least `n` round trips, `pause` apart, going on until `seen` has held for
-    /// 20 more (so the samples span that event however late a loaded machine makes it); at most
-    /// 60 s of them.
-    async fn median_spanning(
-        &mut self,
-        n: usize,
-        pause: Duration,
-        seen: impl Fn() -> bool,
-    ) -> Duration {
-        let limit = Instant::now() + Duration::from_secs(60);
-        let mut samples = Vec::with_capacity(n);
-        let mut seen_at = None;
-        loop {
-            if seen_at.is_none() && seen() {
-                seen_at = Some(samples.len());
-            }
-            let enough = samples.len() >= n && seen_at.is_some_and(|at| samples.len() >= at + 20);
-            if enough || Instant::now() > limit {
-                break;
-            }
-            samples.push(self.round_trip(b'a' + (samples.len() % 26) as u8).await);
-            tokio::time::sleep(pause).await;
-        }
-        samples.sort();
-        samples[samples.len() / 2]
-    }
-}
+use crate::rig::{median_echo, sh, Echo, Pane, Rig, ECHO_LOOP};
 
 /// Within twice the undisturbed median; 200 µs of slack absorb the scheduler's noise on a
 /// two-core machine where everything shares the CPUs.
-fn assert_within_twice(what: &str, idle: Duration, disturbed: Duration) {
+pub(crate) fn assert_within_twice(what: &str, idle: Duration, disturbed: Duration) {
     eprintln!("{what}: median echo {disturbed:?}, undisturbed {idle:?}");
     assert!(
         disturbed <= idle * 2 + Duration::from_micros(200),
@@ -112,11 +36,13 @@ pub async fn rule_f_a_partitioned_host_leaves_another_hosts_echo_as_it_was() {
     let idle = echo.median(100, Duration::from_millis(20)).await;
     a.partition().await.unwrap();
     // Long enough to span the other host's detection and first retries.
-    let disturbed = echo
-        .median_spanning(200, Duration::from_millis(50), || {
-            !down.state().borrow().is_connected()
-        })
-        .await;
+    let disturbed = median_echo(
+        std::slice::from_mut(&mut echo),
+        200,
+        Duration::from_millis(50),
+        || !down.state().borrow().is_connected(),
+    )
+    .await;
     assert!(
         !down.state().borrow().is_connected(),
         "the partitioned host noticed meanwhile"

@@ -5,14 +5,16 @@
 //! before and after; the rule it checks is in its name.
 //!
 //! Most of a scenario's time is waiting (a 45 s partition, a 60 s flap), so the scenarios run
-//! several at a time on their own containers (`--test-threads`, default 4). The two that compare
-//! echo round trips run afterwards, one at a time, so other scenarios do not skew their clocks.
+//! several at a time on their own containers (`--test-threads`, default 4). The three that
+//! compare echo round trips (one of them a fleet of 20 hosts) run afterwards, one at a time, so
+//! other scenarios do not skew their clocks.
 //! Filtering works as with any test binary: `cargo test --test faults -- partition`.
 //!
 //! Needs Docker, root (for `nsenter`/`iptables`), the fixture image (built on demand) and the
 //! workspace binaries (`cargo build --workspace --bins`).
 
 mod client;
+mod fleet;
 mod isolation;
 mod network;
 mod rig;
@@ -66,6 +68,10 @@ fn concurrent() -> Vec<Trial> {
 /// Scenarios that measure time: alone on the machine.
 fn alone() -> Vec<Trial> {
     vec![
+        scenario(
+            "fleet::rule_f_twenty_hosts_with_four_faulted_leave_the_others_as_they_were",
+            fleet::rule_f_twenty_hosts_with_four_faulted_leave_the_others_as_they_were,
+        ),
         scenario(
             "isolation::rule_f_a_partitioned_host_leaves_another_hosts_echo_as_it_was",
             isolation::rule_f_a_partitioned_host_leaves_another_hosts_echo_as_it_was,

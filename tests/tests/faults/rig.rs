@@ -5,9 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use relay_connector::ssh::SshTransport;
-use relay_connector::{Host, HostOptions, HostState, InputWriter, PaneHandle};
-use relay_protocol::{Binding, SpawnSpec};
+use relay_connector::{Host, HostOptions, HostState, InputWriter, PaneEvent, PaneHandle};
+use relay_protocol::{Binding, EndReason, ExitStatus, SpawnSpec};
 use relay_tests::fixture::SshHost;
+use relay_tests::fleet::RAW_CAT;
 use relay_tests::{agent_copy, Collected, StateLog};
 
 /// `sh -c script`.
@@ -187,6 +188,126 @@ impl Pane {
     pub fn type_line(&self, line: &str) {
         self.input.push(format!("{line}\n").into_bytes()).unwrap();
     }
+}
+
+/// A pane running a raw, echo-less `cat`, read directly by a measuring loop: a byte typed comes
+/// back as that byte and nothing else.
+pub struct Echo {
+    handle: PaneHandle,
+    input: InputWriter,
+}
+
+impl Echo {
+    /// Opens pane `ws/echo/0` on `host` and waits (at most 30 s) until `cat` runs.
+    pub async fn open(host: &Host, ws: &str) -> Echo {
+        let (created, mut handle) = host
+            .workspace(ws)
+            .open("echo", "0", sh(RAW_CAT))
+            .await
+            .unwrap();
+        let mut seen = String::new();
+        while !seen.contains("ready") {
+            match tokio::time::timeout(Duration::from_secs(30), handle.next()).await {
+                Ok(Some(PaneEvent::Output { data, .. })) => {
+                    seen.push_str(&String::from_utf8_lossy(&data))
+                }
+                other => panic!("echo pane not ready: {other:?}"),
+            }
+        }
+        Echo {
+            input: host.input_writer(&created.binding),
+            handle,
+        }
+    }
+
+    /// The pane's binding.
+    pub fn binding(&self) -> &Binding {
+        self.handle.binding()
+    }
+
+    /// The median of `n` round trips, `pause` apart.
+    pub async fn median(&mut self, n: usize, pause: Duration) -> Duration {
+        median_echo(std::slice::from_mut(self), n, pause, || true).await
+    }
+
+    /// One round trip on a steady connection: a byte in, the same byte out within 30 s. Panics
+    /// on any other event (an interruption is not steady).
+    pub async fn round_trip(&mut self, byte: u8) -> Duration {
+        self.echoed(byte, Duration::from_secs(30), false).await
+    }
+
+    /// A round trip across an outage: the byte comes back within `within`, however many times
+    /// the stream is interrupted and resumed meanwhile (the pane's own shell, re-attached).
+    /// Panics when the pane ends or the byte does not come back in time.
+    pub async fn comes_back(&mut self, byte: u8, within: Duration) -> Duration {
+        self.echoed(byte, within, true).await
+    }
+
+    async fn echoed(&mut self, byte: u8, within: Duration, across_outages: bool) -> Duration {
+        let start = Instant::now();
+        let deadline = tokio::time::Instant::now() + within;
+        self.input.push(vec![byte]).unwrap();
+        loop {
+            match tokio::time::timeout_at(deadline, self.handle.next()).await {
+                Ok(Some(PaneEvent::Output { data, .. })) if data.contains(&byte) => {
+                    return start.elapsed()
+                }
+                Ok(Some(PaneEvent::Output { .. })) => {}
+                Ok(Some(PaneEvent::Interrupted { .. } | PaneEvent::Resumed { .. }))
+                    if across_outages => {}
+                other => panic!(
+                    "pane {}: no echo of {:?} within {within:?}: {other:?}",
+                    self.binding(),
+                    byte as char
+                ),
+            }
+        }
+    }
+
+    /// Waits (at most `within`) for the pane's end, past interruptions and resumes; returns the
+    /// reason and exit status the stream gave. Panics on output or when no end comes.
+    pub async fn end(&mut self, within: Duration) -> (EndReason, Option<ExitStatus>) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.handle.next()).await {
+                Ok(Some(PaneEvent::Ended { reason, exit })) => return (reason, exit),
+                Ok(Some(PaneEvent::Interrupted { .. } | PaneEvent::Resumed { .. })) => {}
+                other => panic!(
+                    "pane {}: no end within {within:?}: {other:?}",
+                    self.binding()
+                ),
+            }
+        }
+    }
+}
+
+/// The median of at least `n` round trips over `echoes` in turn, `pause` apart, going on until
+/// `seen` has held for 20 more (so the samples span that event however late a loaded machine
+/// makes it); at most 60 s of them.
+pub async fn median_echo(
+    echoes: &mut [Echo],
+    n: usize,
+    pause: Duration,
+    seen: impl Fn() -> bool,
+) -> Duration {
+    let limit = Instant::now() + Duration::from_secs(60);
+    let mut samples = Vec::with_capacity(n);
+    let mut seen_at = None;
+    loop {
+        if seen_at.is_none() && seen() {
+            seen_at = Some(samples.len());
+        }
+        let enough = samples.len() >= n && seen_at.is_some_and(|at| samples.len() >= at + 20);
+        if enough || Instant::now() > limit {
+            break;
+        }
+        let i = samples.len();
+        let echo = &mut echoes[i % echoes.len()];
+        samples.push(echo.round_trip(b'a' + (i % 26) as u8).await);
+        tokio::time::sleep(pause).await;
+    }
+    samples.sort();
+    samples[samples.len() / 2]
 }
 
 /// The last 300 characters of `text`.
