@@ -190,6 +190,20 @@ pub(crate) async fn connect_agent() -> Option<Result<Agent, russh::keys::Error>>
     }
 }
 
+/// Gives memory the process has freed back to the OS, where the allocator keeps it otherwise:
+/// `malloc_trim(0)` on glibc (its per-thread arenas hold on to freed pages, so a process that
+/// once uploaded the agent to many hosts at once, or parsed a few large calls, would stay at its
+/// peak: 127 MiB instead of 48 MiB for a sidecar after 20 uploads). Costs about a millisecond
+/// per 100 MB of heap: call it after freeing something large, not per call. A no-op elsewhere
+/// (musl, macOS and Windows return large blocks on `free`).
+pub fn return_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own heap under its locks; any pad is valid.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Whether this platform can run the local agent (`relay-agent bridge`): only Unix desktops.
 pub(crate) const HAS_LOCAL_AGENT: bool = cfg!(unix);
 

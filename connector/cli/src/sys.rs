@@ -239,15 +239,6 @@ pub fn open_console() -> std::io::Result<(std::fs::File, std::fs::File)> {
     }
 }
 
-/// Gives memory the process has freed back to the OS, where the allocator keeps it otherwise:
-/// `malloc_trim(0)` on glibc (its per-thread arenas hold on to freed pages, so a sidecar that
-/// once parsed a few large calls would stay at its peak). Costs about a millisecond per 100 MB
-/// of heap: call it after freeing something large, not per call. A no-op elsewhere (musl,
-/// macOS and Windows return large blocks on `free`).
-pub fn return_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own heap under its locks; any pad is valid.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
+/// Gives memory the process has freed back to the OS (the library's, which also calls it after
+/// an agent upload).
+pub use relay_connector::sys::return_freed_memory;

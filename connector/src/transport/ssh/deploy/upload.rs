@@ -118,6 +118,8 @@ pub(crate) async fn install(
     }
     report.uploaded = true;
     report.bytes = sent;
+    // The packed copy and the channel's buffers, megabytes per host, are freed by now.
+    crate::sys::return_freed_memory();
     Ok(())
 }
 
