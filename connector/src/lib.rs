@@ -36,6 +36,9 @@
 //!   and the slow-consumer policy; it knows nothing of connections.
 //! - [`host::input`]: [`InputWriter`], ordered and bounded keystroke delivery across reconnects
 //!   (also reachable as `relay_connector::input`).
+//! - [`predict`]: predictive local echo for slow links, sans-IO: the [`Predictor`] engine
+//!   (fed a pane's output, keystrokes and round trips; answers what to draw on top of the
+//!   screen).
 //! - [`transport`]: the [`Transport`] trait and the byte stream ([`AgentStream`]) it yields;
 //!   [`transport::local`] ([`LocalTransport`]) and [`transport::ssh`]
 //!   ([`SshTransport`](ssh::SshTransport)) implement it; both are also reachable at the crate root
@@ -85,6 +88,7 @@ mod error;
 pub mod host;
 pub mod lifecycle;
 pub mod pane;
+pub mod predict;
 pub mod session;
 mod sync;
 pub mod sys;
@@ -99,6 +103,7 @@ pub use input::{InputFailures, InputWriter};
 pub use lifecycle::{GcCandidate, GcPlan, KillSummary};
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};
 pub use pane::{PaneEvent, PaneHandle};
+pub use predict::{PredictMode, Predictor};
 pub use session::{ConnectOptions, Session};
 pub use sync::LockExt;
 pub use transport::{AgentStream, OpenOptions, Transport};
