@@ -38,7 +38,8 @@
 //!   (also reachable as `relay_connector::input`).
 //! - [`predict`]: predictive local echo for slow links, sans-IO: the [`Predictor`] engine
 //!   (fed a pane's output, keystrokes and round trips; answers what to draw on top of the
-//!   screen).
+//!   screen) and the [`Painter`](predict::Painter) that draws it on a terminal without
+//!   touching its scrollback.
 //! - [`transport`]: the [`Transport`] trait and the byte stream ([`AgentStream`]) it yields;
 //!   [`transport::local`] ([`LocalTransport`]) and [`transport::ssh`]
 //!   ([`SshTransport`](ssh::SshTransport)) implement it; both are also reachable at the crate root

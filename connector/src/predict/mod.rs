@@ -6,7 +6,7 @@
 //! ([`Predictor::input`], the bytes sent to the PTY) and measured round trips
 //! ([`Predictor::rtt_sample`]). It keeps its own model of the pane's screen (a `vt100`
 //! parser) and answers with an [`Overlay`]: the cells to draw on top of the real screen and
-//! where the cursor should appear. A painter turns overlays into terminal bytes that never
+//! where the cursor should appear. A [`Painter`] turns overlays into terminal bytes that never
 //! repaint the screen and never touch the terminal's scrollback: the pane's own output still
 //! reaches the terminal byte for byte. Neither does IO or reads a clock.
 //!
@@ -47,6 +47,7 @@ mod guess;
 mod keys;
 mod mode;
 mod overlay;
+pub mod paint;
 mod rtt;
 mod term_modes;
 
@@ -61,6 +62,7 @@ use term_modes::TermModes;
 
 pub use mode::{ParseModeError, PredictMode};
 pub use overlay::{Overlay, OverlayCell, Stats};
+pub use paint::Painter;
 pub use rtt::{HIDE_BELOW, PLAIN_BELOW, SHOW_ABOVE, UNDERLINE_ABOVE};
 
 /// A shown prediction waiting longer than this for its echo turns underlining on (250 ms,
