@@ -419,3 +419,6 @@ impl vt100::Callbacks for Scrolls {
 fn cells(n: u16) -> NonZeroU16 {
     NonZeroU16::new(n).unwrap_or(NonZeroU16::MIN)
 }
+
+#[cfg(test)]
+mod tests;
