@@ -1,5 +1,5 @@
 //! Predictive local echo (sans-IO): shows typed keys at once on a slow link, before the host's
-//! echo arrives, and takes them back when the host says otherwise. Part one of issue 30.
+//! echo arrives, and takes them back when the host says otherwise.
 //!
 //! A [`Predictor`] per pane is fed three things, each with the time it happened: the pane's
 //! output ([`Predictor::output`], byte for byte, in order), the user's keystrokes
