@@ -27,9 +27,9 @@ pub struct AppFleet {
 
 impl AppFleet {
     /// Starts the sidecar (its own `RELAY_HOME`, no ssh-agent, this build's agent binary), opens
-    /// every host of `fleet` (the fixture's key, its host key trusted, SSH `ConnectTimeout` `connect_timeout`, whole
-    /// seconds) and a
-    /// pane on each, the pane opens all in flight at once. Panics when any of it fails.
+    /// every host of `fleet` (the fixture's key, its host key trusted, SSH `ConnectTimeout` set
+    /// to `connect_timeout` in whole seconds) and a pane on each, all the pane opens in flight
+    /// at once. Panics when any of it fails.
     pub fn start<H: Deref<Target = SshHost>>(fleet: &[H], connect_timeout: Duration) -> AppFleet {
         let home = TestHome::new();
         let mut cmd = home.command(&bins().relay);

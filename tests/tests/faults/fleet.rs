@@ -20,7 +20,7 @@ use relay_tests::usage::Usage;
 use relay_tests::{agent_copy, StateLog};
 
 use crate::isolation::assert_within_twice;
-use crate::rig::{median_echo, Echo, Rig};
+use crate::rig::{leases, median_echo, Echo, Rig};
 
 const HOSTS: usize = 20;
 /// Frozen by `docker pause` (TCP up, nothing answers).
@@ -208,13 +208,7 @@ pub async fn rule_f_twenty_hosts_with_four_faulted_leave_the_others_as_they_were
         } else {
             assert_eq!(now, shells[i], "host {i}: the same two shells");
         }
-        let leases = hosts[i]
-            .session()
-            .await
-            .unwrap()
-            .list_leases()
-            .await
-            .unwrap();
+        let leases = leases(&hosts[i]).await;
         if i == RESTARTED {
             assert!(
                 leases.iter().all(|l| l.state == LeaseState::Ended),

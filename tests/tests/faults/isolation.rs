@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use relay_connector::{HostState, PaneEvent};
 use relay_tests::StateLog;
 
-use crate::rig::{median_echo, sh, Echo, Pane, Rig, ECHO_LOOP};
+use crate::rig::{leases, median_echo, sh, Echo, Pane, Rig, ECHO_LOOP};
 
 /// Within twice the undisturbed median; 200 µs of slack absorb the scheduler's noise on a
 /// two-core machine where everything shares the CPUs.
@@ -149,14 +149,7 @@ pub async fn rule_f_a_flooding_and_an_unread_workspace_leave_a_thirds_echo_as_it
     let disturbed = echo.median(200, Duration::from_millis(20)).await;
     assert!(!drained.is_finished(), "the flood went on");
     drained.abort();
-    let leases = rig
-        .host
-        .session()
-        .await
-        .unwrap()
-        .list_leases()
-        .await
-        .unwrap();
+    let leases = leases(&rig.host).await;
     let unread = leases
         .iter()
         .find(|l| l.binding == *stalled.binding())

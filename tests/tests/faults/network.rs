@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use relay_connector::HostState;
 use relay_protocol::{EndReason, LeaseState};
 
-use crate::rig::{line_numbers, strictly_increasing, Rig, ECHO_LOOP, FLOOD_1MBPS};
+use crate::rig::{leases, line_numbers, strictly_increasing, Rig, ECHO_LOOP, FLOOD_1MBPS};
 
 fn is_reconnecting(s: &HostState) -> bool {
     matches!(s, HostState::Reconnecting { .. })
@@ -48,14 +48,7 @@ pub async fn rule_a_100_killed_connections_keep_exactly_the_same_three_shells() 
             assert!(c.gaps.is_empty() && c.ended.is_none(), "{:?}", c.gaps);
         });
     }
-    let leases = rig
-        .host
-        .session()
-        .await
-        .unwrap()
-        .list_leases()
-        .await
-        .unwrap();
+    let leases = leases(&rig.host).await;
     assert_eq!(leases.len(), 3, "no lease created after the first three");
     for pane in &panes {
         assert!(leases.iter().any(|l| l.binding == pane.binding));
@@ -187,14 +180,7 @@ pub async fn rule_b_a_restarted_host_ends_every_pane_with_proof_and_creates_no_s
         Vec::<u32>::new(),
         "re-attach created nothing"
     );
-    let leases = rig
-        .host
-        .session()
-        .await
-        .unwrap()
-        .list_leases()
-        .await
-        .unwrap();
+    let leases = leases(&rig.host).await;
     assert!(
         leases.iter().all(|l| l.state == LeaseState::Ended),
         "{leases:?}"
@@ -251,13 +237,6 @@ pub async fn rule_a_a_reattach_interrupted_by_a_frozen_host_creates_nothing() {
             .await;
     }
     assert_eq!(rig.shells().await, shells, "the same three shells");
-    let leases = rig
-        .host
-        .session()
-        .await
-        .unwrap()
-        .list_leases()
-        .await
-        .unwrap();
+    let leases = leases(&rig.host).await;
     assert_eq!(leases.len(), 3, "{leases:?}");
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use relay_connector::ssh::SshTransport;
 use relay_connector::{Host, HostOptions, HostState, InputWriter, PaneEvent, PaneHandle};
-use relay_protocol::{Binding, EndReason, ExitStatus, SpawnSpec};
+use relay_protocol::{Binding, EndReason, ExitStatus, LeaseInfo, SpawnSpec};
 use relay_tests::fixture::SshHost;
 use relay_tests::fleet::RAW_CAT;
 use relay_tests::{agent_copy, Collected, StateLog};
@@ -308,6 +308,11 @@ pub async fn median_echo(
     }
     samples.sort();
     samples[samples.len() / 2]
+}
+
+/// Every lease the agent of `host` lists, over the host's current connection.
+pub async fn leases(host: &Host) -> Vec<LeaseInfo> {
+    host.session().await.unwrap().list_leases().await.unwrap()
 }
 
 /// The last 300 characters of `text`.
