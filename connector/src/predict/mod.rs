@@ -13,7 +13,8 @@
 //! # Decisions (learnt from mosh's design; the code is ours)
 //!
 //! - **Adaptive display.** In [`PredictMode::Adaptive`] nothing is predicted until the smoothed
-//!   round trip (RFC 6298, α = 1/8) exceeds [`SHOW_ABOVE`] (30 ms), and predicting stops when
+//!   round trip (RFC 6298, α = 1/8) exceeds [`SHOW_ABOVE`] (30 ms) and so did each of the last
+//!   [`SHOW_AFTER_SAMPLES`] samples (one slow ping is no evidence), and predicting stops when
 //!   it falls below [`HIDE_BELOW`] (20 ms); unconfirmed predictions are underlined above
 //!   [`UNDERLINE_ABOVE`] (80 ms) until below [`PLAIN_BELOW`] (50 ms), and for a while after a
 //!   prediction waited more than 250 ms for its echo (mosh's glitch threshold; ten quick
@@ -63,7 +64,7 @@ use term_modes::TermModes;
 pub use mode::{ParseModeError, PredictMode};
 pub use overlay::{Overlay, OverlayCell, Stats};
 pub use paint::Painter;
-pub use rtt::{HIDE_BELOW, PLAIN_BELOW, SHOW_ABOVE, UNDERLINE_ABOVE};
+pub use rtt::{HIDE_BELOW, PLAIN_BELOW, SHOW_ABOVE, SHOW_AFTER_SAMPLES, UNDERLINE_ABOVE};
 
 /// A shown prediction waiting longer than this for its echo turns underlining on (250 ms,
 /// mosh's `GLITCH_THRESHOLD`).

@@ -6,6 +6,12 @@
 //! mosh's (`terminaloverlay.h`): show above 30 ms, stop below 20 ms; underline above 80 ms, stop
 //! below 50 ms. Between the two values of a pair a switch keeps its state, so a round trip
 //! wandering around one threshold does not make predictions flicker on and off.
+//!
+//! Turning predictions on takes evidence, not one sample: the first sample sets SRTT, so a
+//! single slow ping (a loaded machine, a busy agent) would otherwise switch them on over a
+//! fast link and make the screen flicker. Showing starts only once [`SHOW_AFTER_SAMPLES`] samples were
+//! taken and each of the last [`SHOW_AFTER_SAMPLES`] was above [`SHOW_ABOVE`] as well as SRTT. Turning
+//! off keeps mosh's rule (SRTT below [`HIDE_BELOW`]).
 
 use std::time::Duration;
 
@@ -22,6 +28,9 @@ pub const UNDERLINE_ABOVE: Duration = Duration::from_millis(80);
 /// `FLAG_TRIGGER_LOW`).
 pub const PLAIN_BELOW: Duration = Duration::from_millis(50);
 
+/// How many samples, all of them slow, it takes to turn showing on (3).
+pub const SHOW_AFTER_SAMPLES: usize = 3;
+
 /// The floor of the variance term in [`Rtt::echo_wait`] (50 ms): a steady link has almost no
 /// variance, and an echo a few milliseconds late must not read as a wrong prediction.
 const ECHO_SLACK: Duration = Duration::from_millis(50);
@@ -36,6 +45,8 @@ const MIN_WITHDRAW_AFTER: Duration = Duration::from_secs(1);
 pub(crate) struct Rtt {
     srtt: Option<Duration>,
     rttvar: Duration,
+    /// The last [`SHOW_AFTER_SAMPLES`] samples, newest last.
+    recent: Vec<Duration>,
     showing: bool,
     underlining: bool,
 }
@@ -53,8 +64,15 @@ impl Rtt {
                 self.srtt = Some(srtt * 7 / 8 + rtt / 8);
             }
         }
+        if self.recent.len() == SHOW_AFTER_SAMPLES {
+            self.recent.remove(0);
+        }
+        self.recent.push(rtt);
         let srtt = self.srtt.unwrap_or_default();
-        self.showing = switch(self.showing, srtt, HIDE_BELOW, SHOW_ABOVE);
+        let evidence =
+            self.recent.len() == SHOW_AFTER_SAMPLES && self.recent.iter().all(|&r| r > SHOW_ABOVE);
+        self.showing =
+            switch(self.showing, srtt, HIDE_BELOW, SHOW_ABOVE) && (self.showing || evidence);
         self.underlining = switch(self.underlining, srtt, PLAIN_BELOW, UNDERLINE_ABOVE);
     }
 
@@ -144,7 +162,9 @@ mod tests {
             "between 20 and 30 ms a switch that is off stays off"
         );
         let mut rtt = Rtt::default();
-        rtt.sample(ms(31));
+        for _ in 0..SHOW_AFTER_SAMPLES {
+            rtt.sample(ms(31));
+        }
         assert!(rtt.showing(), "31 ms > 30 ms turns showing on");
         assert!(!rtt.underlining());
         rtt.sample(ms(25)); // 30.25
@@ -161,7 +181,9 @@ mod tests {
         assert!(!rtt.showing(), "back between 20 and 30 ms it stays off");
 
         let mut rtt = Rtt::default();
-        rtt.sample(ms(81));
+        for _ in 0..SHOW_AFTER_SAMPLES {
+            rtt.sample(ms(81));
+        }
         assert!(rtt.underlining() && rtt.showing());
         for _ in 0..40 {
             rtt.sample(ms(55));
@@ -178,5 +200,41 @@ mod tests {
             rtt.sample(ms(70));
         }
         assert!(!rtt.underlining(), "back between 50 and 80 ms it stays off");
+    }
+
+    /// Reviewer's finding: the first sample set SRTT, so one slow ping on a loaded machine
+    /// turned predictions on over a fast link.
+    #[test]
+    fn one_slow_sample_does_not_turn_showing_on() {
+        let mut rtt = Rtt::default();
+        rtt.sample(ms(500));
+        assert!(!rtt.showing(), "one sample is no evidence");
+        for _ in 0..50 {
+            rtt.sample(ms(2));
+            assert!(
+                !rtt.showing(),
+                "SRTT still above 30 ms, but the link is fast"
+            );
+        }
+        // Slow samples among fast ones are not enough either: all the recent ones must be.
+        rtt.sample(ms(300));
+        rtt.sample(ms(300));
+        rtt.sample(ms(2));
+        assert!(!rtt.showing());
+    }
+
+    #[test]
+    fn a_slow_link_turns_showing_on_at_the_third_sample() {
+        let mut rtt = Rtt::default();
+        rtt.sample(ms(200));
+        rtt.sample(ms(200));
+        assert!(!rtt.showing());
+        rtt.sample(ms(200));
+        assert!(rtt.showing());
+        rtt.sample(ms(5));
+        assert!(
+            rtt.showing(),
+            "once on, one fast sample does not turn it off"
+        );
     }
 }
