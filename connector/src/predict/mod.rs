@@ -29,7 +29,8 @@
 //!   the line moves right, as line editors insert), backspace, left and right, on the cursor's
 //!   row (see `guess.rs` for the editing model and its limits). Nothing in the alternate
 //!   screen, with the cursor hidden, in origin or insert mode, with a graphics character set,
-//!   or into the last column.
+//!   with an SGR attribute on that the model does not keep (blink, conceal, strike-through,
+//!   overline, underline colour or style), or into the last column.
 //! - **Judging.** A keystroke's echo is due one echo wait after it was sent: SRTT +
 //!   max(4·RTTVAR, 50 ms), 1 s before any round trip was measured. Output that shows the
 //!   predicted character where and when expected confirms it; output that shows something

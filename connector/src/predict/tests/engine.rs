@@ -425,12 +425,19 @@ fn nothing_is_predicted_in_the_alternate_screen() {
 }
 
 #[test]
-fn a_hidden_cursor_origin_mode_insert_mode_or_graphics_charset_stop_predictions() {
+fn a_hidden_cursor_origin_or_insert_mode_graphics_or_unmodeled_sgr_stop_predictions() {
     for (mode_on, mode_off) in [
         (&b"\x1b[?25l"[..], &b"\x1b[?25h"[..]),
         (b"\x1b[?6h", b"\x1b[?6l"),
         (b"\x1b[4h", b"\x1b[4l"),
         (b"\x1b(0", b"\x1b(B"),
+        // SGR attributes the model does not keep (reviewer's finding: the painter's pen
+        // restore dropped them, and a concealed echo confirmed predictions).
+        (b"\x1b[8m", b"\x1b[28m"),
+        (b"\x1b[5m", b"\x1b[m"),
+        (b"\x1b[9m", b"\x1b[29m"),
+        (b"\x1b[4:3m", b"\x1b[24m"),
+        (b"\x1b[58;5;1m", b"\x1b[59m"),
     ] {
         let mut rig = at_prompt(PredictMode::Always, Some(200));
         rig.at(1000);
@@ -547,4 +554,21 @@ fn a_screen_snapshot_seeds_the_model_and_resets_its_modes() {
         1,
         "predicting again after the snapshot"
     );
+}
+
+/// A prompt written concealed (`SGR 8`): what is typed there is never drawn, even when the
+/// echo (concealed too) comes back as the model sees it, plain.
+#[test]
+fn typing_after_a_concealed_prompt_is_never_predicted() {
+    let mut rig = at_prompt(PredictMode::Always, Some(200));
+    rig.output(b"\x1b[8m");
+    for (i, key) in ["s", "e", "c", "r"].into_iter().enumerate() {
+        let t = 1000 + 300 * i as u64;
+        rig.at(t);
+        rig.input(key.as_bytes());
+        assert!(rig.overlay().is_empty(), "{key}");
+        rig.at(t + 200);
+        rig.output(key.as_bytes());
+    }
+    assert_eq!(rig.predictor.stats().predicted, 0);
 }
