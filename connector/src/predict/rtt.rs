@@ -86,9 +86,10 @@ impl Rtt {
         self.showing
     }
 
-    /// Whether the link is slow enough to underline unconfirmed predictions.
+    /// Whether unconfirmed predictions are underlined: the link is slow enough, or nothing was
+    /// measured yet (`always` mode before the first round trip: a link not known to be fast).
     pub(crate) fn underlining(&self) -> bool {
-        self.underlining
+        self.underlining || self.srtt.is_none()
     }
 
     /// How long after a keystroke its echo should have arrived: SRTT + max(4·RTTVAR, 50 ms)
@@ -236,5 +237,16 @@ mod tests {
             rtt.showing(),
             "once on, one fast sample does not turn it off"
         );
+    }
+
+    #[test]
+    fn unmeasured_predictions_are_underlined_until_a_fast_sample() {
+        let mut rtt = Rtt::default();
+        assert!(
+            rtt.underlining(),
+            "a link not measured is not known to be fast"
+        );
+        rtt.sample(ms(5));
+        assert!(!rtt.underlining());
     }
 }
