@@ -1,4 +1,8 @@
 //! `relay` running in a real pseudo-terminal, as a user would run it.
+//!
+//! The test side plays the terminal: everything relay writes is collected as bytes and fed to a
+//! terminal model (vt100), and the model answers relay's cursor question (DSR 6, `ESC [ 6 n`)
+//! on relay's input as a real terminal does.
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -7,11 +11,18 @@ use std::time::{Duration, Instant};
 
 use crate::{bins, eventually, TestHome};
 
+/// The pseudo-terminal's size.
+const ROWS: u16 = 24;
+const COLS: u16 = 100;
+
 /// `relay` running in a real pseudo-terminal, with everything it prints collected.
 pub struct PtyRun {
     child: Box<dyn portable_pty::Child + Send + Sync>,
-    writer: Box<dyn Write + Send>,
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
     screen: Arc<Mutex<Vec<u8>>>,
+    terminal: Arc<Mutex<vt100::Parser>>,
+    /// Cursor questions relay asked and the terminal answered.
+    answered: Arc<std::sync::atomic::AtomicUsize>,
     reader: JoinHandle<()>,
     _master: Box<dyn portable_pty::MasterPty + Send>,
 }
@@ -38,8 +49,8 @@ impl PtyRun {
         use portable_pty::{native_pty_system, CommandBuilder, PtySize};
         let pair = native_pty_system()
             .openpty(PtySize {
-                rows: 24,
-                cols: 100,
+                rows: ROWS,
+                cols: COLS,
                 pixel_width: 0,
                 pixel_height: 0,
             })
@@ -55,21 +66,55 @@ impl PtyRun {
         let child = pair.slave.spawn_command(cmd).unwrap();
         drop(pair.slave);
         let reader = pair.master.try_clone_reader().unwrap();
-        let writer = pair.master.take_writer().unwrap();
-        let (screen, reader) = collect(reader);
+        let writer = Arc::new(Mutex::new(pair.master.take_writer().unwrap()));
+        let terminal = Arc::new(Mutex::new(vt100::Parser::new(
+            nonzero(ROWS),
+            nonzero(COLS),
+            10_000,
+        )));
+        let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (screen, reader) =
+            play_terminal(reader, terminal.clone(), writer.clone(), answered.clone());
         PtyRun {
             child,
             writer,
             screen,
+            terminal,
+            answered,
             reader,
             _master: pair.master,
         }
     }
 
     /// Types `s` on the terminal.
+    ///
+    /// # Panics
+    /// The terminal is gone (relay exited and the pseudo-terminal closed).
     pub fn type_text(&mut self, s: &str) {
-        self.writer.write_all(s.as_bytes()).unwrap();
-        self.writer.flush().unwrap();
+        self.try_type(s)
+            .unwrap_or_else(|e| panic!("cannot type {s:?}: {e}"));
+    }
+
+    /// Types `s` on the terminal; an error when relay has gone and its terminal with it.
+    pub fn try_type(&mut self, s: &str) -> std::io::Result<()> {
+        let mut writer = self.writer.lock().unwrap();
+        writer.write_all(s.as_bytes())?;
+        writer.flush()
+    }
+
+    /// The terminal as relay's output made it so far (100×24, 10,000 lines of scrollback).
+    pub fn terminal(&self) -> std::sync::MutexGuard<'_, vt100::Parser> {
+        self.terminal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many times relay asked where the cursor is (and was answered).
+    pub fn cursor_questions(&self) -> usize {
+        self.answered.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Everything relay wrote so far, as bytes.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.screen.lock().unwrap().clone()
     }
 
     /// Everything relay printed so far (stdout and stderr share the terminal).
@@ -150,6 +195,68 @@ impl Drop for PtyRun {
             let _ = self.child.kill();
         }
     }
+}
+
+fn nonzero(n: u16) -> std::num::NonZeroU16 {
+    std::num::NonZeroU16::new(n).expect("a terminal has rows and columns")
+}
+
+/// The terminal's side: collects what relay writes, feeds it to `terminal`, and answers each
+/// cursor question (`ESC [ 6 n`) with the model's cursor at that point (`ESC [ row ; col R`,
+/// 1-based) on `answer`, counting them in `answered`.
+fn play_terminal(
+    mut from: impl Read + Send + 'static,
+    terminal: Arc<Mutex<vt100::Parser>>,
+    answer: Arc<Mutex<Box<dyn Write + Send>>>,
+    answered: Arc<std::sync::atomic::AtomicUsize>,
+) -> (Arc<Mutex<Vec<u8>>>, JoinHandle<()>) {
+    const ASK: &[u8] = b"\x1b[6n";
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let sink = buf.clone();
+    let reader = std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        // How much of ASK the bytes so far end with.
+        let mut matched = 0;
+        while let Ok(n) = from.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            let data = &chunk[..n];
+            sink.lock().unwrap().extend_from_slice(data);
+            let mut start = 0;
+            for (i, &b) in data.iter().enumerate() {
+                matched = if b == ASK[matched] {
+                    matched + 1
+                } else if b == ASK[0] {
+                    1
+                } else {
+                    0
+                };
+                if matched == ASK.len() {
+                    matched = 0;
+                    let mut vt = terminal.lock().unwrap_or_else(|e| e.into_inner());
+                    vt.process(&data[start..=i]);
+                    start = i + 1;
+                    let (row, col) = vt.screen().cursor_position();
+                    drop(vt);
+                    let reply = format!("\x1b[{};{}R", row + 1, col + 1);
+                    let mut w = answer.lock().unwrap();
+                    if w.write_all(reply.as_bytes())
+                        .and_then(|()| w.flush())
+                        .is_ok()
+                    {
+                        answered.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    }
+                }
+            }
+            // A test that failed while looking at the terminal does not stop its collection.
+            terminal
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .process(&data[start..]);
+        }
+    });
+    (buf, reader)
 }
 
 /// Collects everything `from` yields, on a background thread, until end-of-file.
