@@ -2,6 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use relay_cli::destination::Destination;
+use relay_connector::predict::PredictMode;
 use relay_protocol::PaneKey;
 
 /// Terminals that outlive their connection.
@@ -78,6 +79,17 @@ pub struct PaneArgs {
     /// fresh `run-...` name when a command is given).
     #[arg(long, short = 'p', value_name = "NAME", value_parser = name)]
     pub pane: Option<String>,
+    /// When typed keys are shown before the host echoes them (on a terminal): `adaptive` while
+    /// the round trip to the host exceeds 30 ms (off again below 20 ms), underlined until
+    /// confirmed above 80 ms; `always`; `never`. A key is shown early only once the host has
+    /// echoed an earlier key of the same line, so a password prompt never shows one.
+    #[arg(
+        long,
+        value_name = "WHEN",
+        env = "RELAY_PREDICT",
+        default_value = "adaptive"
+    )]
+    pub predict: PredictMode,
     /// SSH flags (--accept-new, -F, -i, --port).
     #[command(flatten)]
     pub ssh: relay_cli::ssh_args::SshArgs,

@@ -11,6 +11,7 @@ mod input;
 mod modes;
 mod pane;
 mod policy;
+mod predict;
 mod screen;
 mod serve;
 mod shell;

@@ -10,6 +10,10 @@
 //! When relay leaves, the terminal is given back as it was found: after the queued output, the
 //! resets for the modes the program left on (see [`crate::modes`]).
 //!
+//! On a terminal, typed keys may be shown before the host echoes them (see [`crate::predict`]):
+//! the prediction's bytes go through the same queue, between output chunks, and what it drew is
+//! restored before each chunk, so the program's bytes land on the screen it expects.
+//!
 //! When stdout is not a terminal (a file, a pipe) it gets the program's bytes and nothing else:
 //! relay's notes go to stderr, no status line is drawn, and a snapshot is never written (the
 //! pane is attached losslessly then, so none should come; one that does counts as lost
@@ -18,12 +22,16 @@
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use relay_connector::predict::PredictMode;
 
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 
 use crate::modes::Modes;
+use crate::predict::Predictions;
 use crate::status::StatusLine;
 
 /// Bytes of output that may wait for stdout before pane events are no longer taken.
@@ -50,12 +58,16 @@ pub struct Screen {
     line: StatusLine,
     /// A status update that waits for the output to reach ground state.
     deferred: Option<(Option<String>, u16)>,
+    /// Predictive local echo; `None` when off (not a terminal, `--predict=never`).
+    predict: Option<Predictions>,
 }
 
 impl Screen {
     /// Starts the writer task on stdout. `tty`: the status line is drawn on the terminal (when
-    /// stdout is one too).
-    pub fn start(tty: bool) -> Screen {
+    /// stdout is one too); `predict`: when typed keys are shown before their echo, on a terminal
+    /// of `size` (columns×rows) whose stdin and stdout are both terminals (the cursor question
+    /// needs both).
+    pub fn start(tty: bool, predict: PredictMode, size: Option<(u16, u16)>) -> Screen {
         let pipe = !std::io::stdout().is_terminal();
         let tty = tty && !pipe;
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -83,7 +95,10 @@ impl Screen {
                 Ok(())
             }
         });
-        Screen {
+        let predict = size
+            .filter(|_| tty)
+            .and_then(|(cols, rows)| Predictions::new(cols, rows, predict));
+        let mut screen = Screen {
             tx: Some(tx),
             queued,
             room,
@@ -97,12 +112,76 @@ impl Screen {
             skipped: 0,
             line: StatusLine::new(tty),
             deferred: None,
+            predict,
+        };
+        if let Some(p) = &mut screen.predict {
+            let ask = p.ask(Instant::now()).to_vec();
+            screen.send(ask);
         }
+        screen
     }
 
     /// Whether more pane output may be taken now.
     pub fn has_room(&self) -> bool {
         self.queued.load(Ordering::Acquire) < MAX_QUEUED
+    }
+
+    /// Whether pane output may be taken now: there is room, and the terminal is not being
+    /// asked where its cursor is (see [`crate::predict`]).
+    pub fn takes_output(&self) -> bool {
+        self.has_room() && !self.predict.as_ref().is_some_and(Predictions::holds_output)
+    }
+
+    /// Whether keystrokes may be predicted (relay then measures round trips for it).
+    pub fn predicts(&self) -> bool {
+        self.predict.is_some()
+    }
+
+    /// Takes the terminal's answer to relay's cursor question out of `input` (stdin's bytes).
+    pub fn take_answer(&mut self, input: &mut Vec<u8>) {
+        if let Some(p) = &mut self.predict {
+            p.take_answer(input, Instant::now());
+        }
+    }
+
+    /// Keystrokes on their way to the pane: drawn at once when predicted.
+    pub fn typed(&mut self, data: &[u8]) {
+        let ground = self.parser.at_ground();
+        if let Some(p) = &mut self.predict {
+            let drawn = p.typed(data, Instant::now(), ground);
+            self.send(drawn);
+        }
+    }
+
+    /// A measured round trip to the agent, for the prediction engine.
+    pub fn rtt(&mut self, rtt: Duration) {
+        let ground = self.parser.at_ground();
+        if let Some(p) = &mut self.predict {
+            let drawn = p.rtt(rtt, ground);
+            self.send(drawn);
+        }
+    }
+
+    /// When [`Screen::tick`] has work: a prediction to withdraw, an answer no longer awaited.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.predict.as_ref().and_then(Predictions::deadline)
+    }
+
+    /// Lets the prediction engine see time pass (see [`Screen::deadline`]).
+    pub fn tick(&mut self) {
+        let ground = self.parser.at_ground();
+        if let Some(p) = &mut self.predict {
+            let drawn = p.tick(Instant::now(), ground);
+            self.send(drawn);
+        }
+    }
+
+    /// The terminal was resized to `cols` × `rows`.
+    pub fn resize(&mut self, cols: u16, rows: u16) {
+        if let Some(p) = &mut self.predict {
+            let bytes = p.resize(cols, rows, Instant::now());
+            self.send(bytes);
+        }
     }
 
     /// A waiter for room, usable while the screen is borrowed elsewhere.
@@ -120,9 +199,21 @@ impl Screen {
 
     /// Queues the program's output.
     pub fn output(&mut self, data: Vec<u8>) {
+        let restore = self.predict.as_mut().map(Predictions::before_output);
         self.parser.feed(&data);
         self.modes.feed(&data);
+        let ground = self.parser.at_ground();
+        let drawn = self
+            .predict
+            .as_mut()
+            .map(|p| p.output(&data, Instant::now(), ground));
+        if let Some(restore) = restore {
+            self.send(restore);
+        }
         self.send(data);
+        if let Some(drawn) = drawn {
+            self.send(drawn);
+        }
         if self.parser.at_ground() {
             if let Some((text, cols)) = self.deferred.take() {
                 self.draw(text, cols);
@@ -136,7 +227,8 @@ impl Screen {
         if self.pipe {
             eprintln!("{}", text.trim_matches(['\r', '\n']));
         } else {
-            self.send(text.as_bytes().to_vec());
+            // Through the prediction's model too: the terminal shows it.
+            self.output(text.as_bytes().to_vec());
         }
     }
 
@@ -190,6 +282,10 @@ impl Screen {
     }
 
     fn draw(&mut self, text: Option<String>, cols: u16) {
+        if let Some(p) = &mut self.predict {
+            // The status line is drawn over the top row: predictions keep off it.
+            p.reserve_row(text.is_some().then_some(0));
+        }
         let bytes = self.line.update(text, cols);
         if !bytes.is_empty() {
             self.send(bytes);
@@ -197,6 +293,9 @@ impl Screen {
     }
 
     fn send(&mut self, data: Vec<u8>) {
+        if data.is_empty() {
+            return;
+        }
         if let Some(tx) = &self.tx {
             self.queued.fetch_add(data.len(), Ordering::AcqRel);
             let _ = tx.send(data);
@@ -207,6 +306,10 @@ impl Screen {
     /// the alternate screen and turns off the modes the program left on. Unbounded (stdout may
     /// not take it): the caller bounds it.
     pub async fn finish(mut self) {
+        if let Some(mut p) = self.predict.take() {
+            let restore = p.before_output();
+            self.send(restore);
+        }
         if self.tty && self.line.is_shown() && self.parser.at_ground() {
             self.draw(None, 80);
         }

@@ -18,6 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use relay_cli::destination::Destination;
 use relay_cli::sys;
+use relay_connector::predict::PredictMode;
 use relay_connector::{
     Host, HostOptions, HostState, InputFailures, PaneEvent, PaneHandle, Session,
 };
@@ -106,6 +107,7 @@ pub async fn run(args: &PaneArgs, mode: Mode) -> anyhow::Result<u8> {
         &resize,
         &mut stops,
         tty,
+        args.predict,
     )
     .await;
     drop(raw);
@@ -255,6 +257,7 @@ impl Stops {
 /// has not taken yet (all of it after an exit; at most [`DETACH_GRACE`] otherwise) and clears
 /// the status line. Signals end the wait. Returns how it ended and what output was lost on the
 /// way (see [`Screen::loss`]).
+#[allow(clippy::too_many_arguments)]
 async fn pump(
     host: &Host,
     handle: &mut PaneHandle,
@@ -263,8 +266,11 @@ async fn pump(
     resize: &watch::Sender<Option<TermSize>>,
     stops: &mut Stops,
     tty: bool,
+    predict: PredictMode,
 ) -> anyhow::Result<(Outcome, Option<String>)> {
-    let mut screen = Screen::start(tty);
+    let size = terminal::size().map(|s| (s.cols, s.rows));
+    let predict = crate::predict::for_terminal(predict, std::env::var("TERM").ok().as_deref());
+    let mut screen = Screen::start(tty, predict, size);
     let outcome = pump_loop(
         host,
         handle,
@@ -311,12 +317,13 @@ async fn pump_loop(
     let destination = host.destination().to_string();
     let cols = || terminal::size().map_or(80, |s| s.cols);
     let room = screen.room();
+    let mut pings = screen.predicts().then(|| start_pinger(host));
     loop {
         if screen.is_broken() {
             anyhow::bail!("cannot write to the terminal (stdout was closed)");
         }
         tokio::select! {
-            ev = handle.next(), if screen.has_room() => match ev {
+            ev = handle.next(), if screen.takes_output() => match ev {
                 Some(PaneEvent::Output { data, .. }) => screen.output(data),
                 // The screen as it is (on attach, or instead of a gap): drawn over ours.
                 Some(PaneEvent::Snapshot { data, .. }) => screen.snapshot(data),
@@ -391,10 +398,14 @@ async fn pump_loop(
                     stdin = None;
                     input.close();
                 }
-                Some(bytes) => {
+                Some(mut bytes) => {
+                    screen.take_answer(&mut bytes);
                     for action in escapes.feed(&bytes) {
                         match action {
-                            Action::Send(data) => input.push(data),
+                            Action::Send(data) => {
+                                screen.typed(&data);
+                                input.push(data);
+                            }
                             Action::Detach => return Ok(Outcome::Detached),
                             Action::Help => screen.note(HELP),
                         }
@@ -411,13 +422,18 @@ async fn pump_loop(
             () = resizes.changed() => {
                 if let Some(size) = terminal::size() {
                     // On Windows this runs at every poll: only a new size goes to the agent.
-                    resize.send_if_modified(|last| {
+                    let new = resize.send_if_modified(|last| {
                         let new = *last != Some(size);
                         *last = Some(size);
                         new
                     });
+                    if new {
+                        screen.resize(size.cols, size.rows);
+                    }
                 }
             }
+            () = until(screen.deadline()) => screen.tick(),
+            Some(rtt) = recv_rtt(&mut pings) => screen.rtt(rtt),
         }
     }
 }
@@ -434,6 +450,68 @@ fn input_failure(e: relay_connector::Error) -> anyhow::Error {
         .into()
     } else {
         anyhow::Error::from(e).context("cannot send your input to the pane")
+    }
+}
+
+/// Measures the round trip to the agent for the prediction engine, from its own task (a slow
+/// agent never holds up the terminal loop). Each sample is the quickest of [`PINGS_PER_SAMPLE`]
+/// pings in a row, so a moment of local load (a busy core, a cold code path) does not pass for
+/// a slow link; the first [`QUICK_SAMPLES`] come quickly, so predictions can turn on within
+/// about a second on a slow link, then one every [`PING_EVERY`] while connected. Ends when the
+/// receiver is dropped.
+fn start_pinger(host: &Host) -> mpsc::Receiver<Duration> {
+    let (tx, rx) = mpsc::channel(4);
+    let host = host.clone();
+    tokio::spawn(async move {
+        let mut samples = 0u32;
+        loop {
+            if let Some(session) = host.try_session() {
+                let mut best: Option<Duration> = None;
+                for _ in 0..PINGS_PER_SAMPLE {
+                    if let Ok(rtt) = session.ping().await {
+                        best = Some(best.map_or(rtt, |b| b.min(rtt)));
+                    }
+                }
+                if let Some(rtt) = best {
+                    samples += 1;
+                    if tx.send(rtt).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            let pause = if samples < QUICK_SAMPLES {
+                Duration::from_millis(100)
+            } else {
+                PING_EVERY
+            };
+            tokio::time::sleep(pause).await;
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Pings per round-trip sample; the quickest counts.
+const PINGS_PER_SAMPLE: u32 = 3;
+/// Samples taken 100 ms apart at start (the engine turns predictions on after three slow ones).
+const QUICK_SAMPLES: u32 = 3;
+/// How often the prediction engine's round trip is measured once it has its first samples.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
+async fn recv_rtt(rx: &mut Option<mpsc::Receiver<Duration>>) -> Option<Duration> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at `deadline`; never when there is none.
+async fn until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
