@@ -32,6 +32,7 @@ mod lossless;
 mod no_glibc_host;
 mod older_hosts;
 mod peer;
+mod predict;
 mod serve;
 mod sessions;
 mod ssh_config;
