@@ -201,10 +201,18 @@ fn frame_error(e: FrameError, destination: &str) -> Error {
                 "the first bytes from {destination} are not a relay welcome{text}; {HINT}"
             ))
         }
-        // The stream ended inside what was taken for a frame: text, not relay.
-        FrameError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => Error::Handshake(
-            format!("reading the welcome from {destination} failed: {io}; {HINT}"),
-        ),
+        // The stream ended inside what was taken for a frame. Text instead of relay nearly
+        // always reads as an oversized length (above); a frame cut short is a connection cut
+        // while the welcome was on its way (a killed TCP connection), which a retry fixes.
+        // Regression: this was "failed for good", and a host whose connections were killed
+        // every 2 s stayed down until the app asked again.
+        FrameError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Error::connection_lost(format!(
+                "the stream from {destination} ended inside the welcome; if this repeats, \
+                 {HINT}"
+            ))
+            .caused_by(io)
+        }
         // A reset or a dropped link: a retry may succeed.
         FrameError::Io(io) => {
             Error::connection_lost(format!("reading the welcome from {destination} failed"))
@@ -367,6 +375,14 @@ mod tests {
         let io = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<std::io::Error>());
         assert!(io.is_some(), "{err:?}");
         assert!(err.report().contains("cannot create /ro"), "{err:?}");
+    }
+
+    #[test]
+    fn a_welcome_cut_short_is_retried() {
+        let cut = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        let err = frame_error(FrameError::Io(cut), "db1");
+        assert!(err.is_transient(), "{err:?}");
+        assert!(err.report().contains("ended inside the welcome"), "{err:?}");
     }
 
     #[test]
