@@ -168,10 +168,13 @@ impl AppFleet {
             );
             let typed = Instant::now();
             while typed.elapsed() < Duration::from_secs(5) {
-                assert!(
-                    start.elapsed() < within,
-                    "host {i}: the app's pane did not echo within {within:?}"
-                );
+                if start.elapsed() >= within {
+                    let states = self.states_of(i);
+                    panic!(
+                        "host {i}: the app's pane did not echo within {within:?}; its host \
+                         states since the last look: {states:?}"
+                    );
+                }
                 let Some(m) = self.sidecar.try_take(|m| {
                     is_output(m, &binding)
                         || (m["method"] == "pane.input_failed"
@@ -188,6 +191,18 @@ impl AppFleet {
                 }
             }
         }
+    }
+
+    /// Host `i`'s `host.state` notifications read so far and not taken, oldest first (for a
+    /// failure message: they are taken now).
+    fn states_of(&mut self, i: usize) -> Vec<Value> {
+        let id = self.hosts[i].clone();
+        std::iter::from_fn(|| {
+            self.sidecar
+                .try_take(|m| m["method"] == "host.state" && m["params"]["host"] == id.as_str())
+        })
+        .map(|m| m["params"].clone())
+        .collect()
     }
 
     /// Host `i`'s pane's end (`pane.exited`), within `within`; its params.
