@@ -172,6 +172,12 @@ impl Predictions {
         out
     }
 
+    /// The engine's counters so far (keys predicted, shown, confirmed, withdrawn;
+    /// mispredictions).
+    pub fn stats(&self) -> relay_connector::predict::Stats {
+        self.predictor.stats()
+    }
+
     /// Keeps predictions off `row` (a status line's), or gives all rows back with `None`.
     pub fn reserve_row(&mut self, row: Option<u16>) {
         self.painter.set_reserved_row(row);

@@ -309,6 +309,17 @@ impl Screen {
         if let Some(mut p) = self.predict.take() {
             let restore = p.before_output();
             self.send(restore);
+            // For benchmarks and bug reports: `RELAY_LOG=relay::predict=info`.
+            let stats = p.stats();
+            tracing::info!(
+                target: "relay::predict",
+                predicted = stats.predicted,
+                shown = stats.shown,
+                confirmed = stats.confirmed,
+                mispredicted = stats.mispredicted,
+                withdrawn = stats.withdrawn,
+                "prediction statistics"
+            );
         }
         if self.tty && self.line.is_shown() && self.parser.at_ground() {
             self.draw(None, 80);
