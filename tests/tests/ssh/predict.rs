@@ -19,12 +19,24 @@ const PROMPT: &str = "PR2> ";
 /// `relay shell` on a fresh terminal to `host` through `port` (the shaper's or the host's own),
 /// pane `pane`, with `extra` arguments.
 fn relay_shell(host: &SshHost, port: u16, home: &TestHome, pane: &str, extra: &[&str]) -> PtyRun {
+    relay("shell", host, port, home, pane, extra)
+}
+
+/// `relay VERB` (shell or attach) like [`relay_shell`].
+fn relay(
+    verb: &str,
+    host: &SshHost,
+    port: u16,
+    home: &TestHome,
+    pane: &str,
+    extra: &[&str],
+) -> PtyRun {
     let opts = host.options_via(agent_bin(), port).unwrap();
     let config = opts.resolve.config_file.clone().unwrap();
     let key = host.key_path().to_str().unwrap().to_string();
     let destination = format!("relay@127.0.0.1:{port}");
     let mut args = vec![
-        "shell",
+        verb,
         &destination,
         "-F",
         config.to_str().unwrap(),
@@ -222,6 +234,29 @@ fn on_a_slow_link_keys_show_before_their_echo_and_the_screen_ends_the_same() {
     assert_eq!(
         on.terminal().screen().cursor_position(),
         off.terminal().screen().cursor_position()
+    );
+
+    // Re-attached, the agent's snapshot redraws the screen (home, erase, contents): the model
+    // follows it, and predictions land at the cursor again.
+    on.type_text("\r~.");
+    assert_eq!(on.wait_exit(), 0, "a detach");
+    let mut back = relay("attach", &host, shaper.port(), &home, "typing-on", &[]);
+    wait_terminal(&back, "the screen redrawn", |s| {
+        has_row(s, "40") && has_row(s, PROMPT)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let mut typing = Typing::default();
+    type_watching(
+        &mut back,
+        "echo back again",
+        Duration::from_millis(60),
+        &mut typing,
+    );
+    back.type_text("\r");
+    wait_terminal(&back, "the output", |s| has_row(s, "back again"));
+    assert!(
+        typing.drawn_early >= 5,
+        "keys drawn before their echo after a re-attach: {typing:?}"
     );
 }
 
