@@ -14,6 +14,8 @@
 //! cargo bench -p relay-tests --bench relay_bench -- --agents           # static (musl) vs glibc agent
 //! cargo bench -p relay-tests --bench relay_bench -- --fleet            # 20 / 50 hosts on one connector
 //!                                                                      # (Docker)
+//! cargo bench -p relay-tests --bench relay_bench -- --predict          # predictive echo, 50 / 200 ms
+//!                                                                      # (Docker)
 //! cargo bench -p relay-tests --bench relay_bench -- --all              # every group
 //! cargo test -p relay-tests --bench relay_bench -- --smoke --all       # CI: one short round each
 //! ```
@@ -33,6 +35,7 @@ use relay_tests::TestHome;
 mod agents;
 mod fleet;
 mod link;
+mod predict;
 mod resilience;
 mod scale;
 mod screen;
@@ -62,8 +65,9 @@ async fn main() -> anyhow::Result<()> {
     let flag = |g: &str| args.iter().any(|a| a == g);
     stats::set_smoke(flag("--smoke"));
     let group = |g: &str| flag(g) || flag("--all");
-    const GROUPS: [&str; 10] = [
+    const GROUPS: [&str; 11] = [
         "--agents",
+        "--predict",
         "--fleet",
         "--echo",
         "--ssh",
@@ -107,6 +111,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if group("--fleet") {
         fleet::run(&mut rows).await?;
+    }
+    if group("--predict") {
+        predict::run(&mut rows).await?;
     }
     stats::print(&rows);
     Ok(())
