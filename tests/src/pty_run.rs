@@ -9,7 +9,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::{bins, eventually, TestHome};
+use crate::fixture::SshHost;
+use crate::{agent_copy, bins, eventually, TestHome};
+
+/// Whether a row of `screen` reads exactly `text` (trailing blanks aside).
+pub fn has_row(screen: &vt100::Screen, text: &str) -> bool {
+    screen
+        .contents()
+        .lines()
+        .any(|l| l.trim_end() == text.trim_end())
+}
 
 /// The pseudo-terminal's size.
 const ROWS: u16 = 24;
@@ -84,6 +93,84 @@ impl PtyRun {
             reader,
             _master: pair.master,
         }
+    }
+
+    /// `relay VERB` (`shell`, `attach`) on a fresh terminal to the fixture `host` through
+    /// `port` (a shaper's, or the host's own), with the test's isolated ssh config and key, this
+    /// build's agent, no ssh-agent, then `args` (the pane, flags) and `env`.
+    ///
+    /// # Panics
+    /// The host's ssh config cannot be written.
+    pub fn relay_via(
+        host: &SshHost,
+        port: u16,
+        home: &TestHome,
+        verb: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> PtyRun {
+        let opts = host.options_via(agent_copy(), port).unwrap();
+        let config = opts.resolve.config_file.clone().unwrap();
+        let destination = format!("relay@127.0.0.1:{port}");
+        let mut all = vec![
+            verb,
+            &destination,
+            "-F",
+            config.to_str().unwrap(),
+            "-i",
+            host.key_path().to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        let mut vars = vec![
+            ("SSH_AUTH_SOCK", ""),
+            ("RELAY_AGENT_BIN", agent_copy().to_str().unwrap()),
+        ];
+        vars.extend_from_slice(env);
+        Self::spawn_with(home, &all, &vars)
+    }
+
+    /// Waits (at most 60 s) until the terminal satisfies `check`; otherwise an error naming
+    /// `what`, with the screen and the last bytes relay wrote.
+    pub fn wait_screen(
+        &self,
+        what: &str,
+        check: impl Fn(&vt100::Screen) -> bool,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let shows = {
+                let vt = self.terminal();
+                if check(vt.screen()) {
+                    return Ok(());
+                }
+                vt.screen().contents()
+            };
+            if Instant::now() > deadline {
+                let bytes = self.bytes();
+                let tail = String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(600)..]);
+                return Err(format!(
+                    "{what} never happened; the terminal shows:\n{shows}\nthe last bytes: {tail:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    /// Every line of the terminal, its scrollback then its screen, oldest first, each with its
+    /// attributes (vt100's formatted rows).
+    pub fn lines(&self) -> Vec<String> {
+        let mut vt = self.terminal();
+        let cols = vt.screen().size().1.get();
+        vt.screen_mut().set_scrollback(usize::MAX);
+        let depth = vt.screen().scrollback();
+        let mut lines = Vec::new();
+        for offset in (1..=depth).rev() {
+            vt.screen_mut().set_scrollback(offset);
+            lines.extend(vt.screen().rows_formatted(0, cols).next());
+        }
+        vt.screen_mut().set_scrollback(0);
+        lines.extend(vt.screen().rows_formatted(0, cols));
+        lines
     }
 
     /// Types `s` on the terminal.

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use relay_tests::fixture::SshHost;
-use relay_tests::pty_run::PtyRun;
+use relay_tests::pty_run::{has_row, PtyRun};
 use relay_tests::shaper::{Link, Shaper};
 
 use super::stats::{row, smoke, Row};
@@ -187,32 +187,14 @@ fn report(rows: &mut Vec<Row>, link: &str, adaptive: &Pass, never: &Pass) {
 /// Runs the corpus once in a fresh pane through `port`, with `--predict mode`.
 fn pass(ssh: &SshHost, port: u16, mode: &str, rtt: u64) -> anyhow::Result<Pass> {
     let home = relay_tests::TestHome::new();
-    let opts = ssh.options_via(relay_tests::agent_copy(), port)?;
-    let config = opts.resolve.config_file.clone().expect("a config file");
-    let destination = format!("relay@127.0.0.1:{port}");
     let pane = format!("predict-{mode}-{rtt}");
-    let mut run = PtyRun::spawn_with(
+    let mut run = PtyRun::relay_via(
+        ssh,
+        port,
         &home,
-        &[
-            "shell",
-            &destination,
-            "-F",
-            config.to_str().expect("a UTF-8 path"),
-            "-i",
-            ssh.key_path().to_str().expect("a UTF-8 path"),
-            "--pane",
-            &pane,
-            "--predict",
-            mode,
-        ],
-        &[
-            ("SSH_AUTH_SOCK", ""),
-            (
-                "RELAY_AGENT_BIN",
-                relay_tests::agent_copy().to_str().unwrap(),
-            ),
-            ("RELAY_LOG", "warn,relay::predict=info"),
-        ],
+        "shell",
+        &["--pane", &pane, "--predict", mode],
+        &[("RELAY_LOG", "warn,relay::predict=info")],
     );
     wait(&run, "the shell's prompt", |s| {
         s.contents().lines().any(|l| l.trim_end().ends_with(":~$"))
@@ -283,47 +265,13 @@ fn pass(ssh: &SshHost, port: u16, mode: &str, rtt: u64) -> anyhow::Result<Pass> 
 
 /// Waits until the terminal satisfies `check` (at most 60 s).
 fn wait(run: &PtyRun, what: &str, check: impl Fn(&vt100::Screen) -> bool) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let shows = {
-            let vt = run.terminal();
-            if check(vt.screen()) {
-                return Ok(());
-            }
-            vt.screen().contents()
-        };
-        if Instant::now() > deadline {
-            let bytes = run.bytes();
-            let tail = String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(600)..]);
-            anyhow::bail!(
-                "{what} never happened; the terminal shows:\n{shows}\nthe last bytes: {tail:?}"
-            );
-        }
-        std::thread::sleep(Duration::from_micros(500));
-    }
-}
-
-fn has_row(screen: &vt100::Screen, text: &str) -> bool {
-    screen
-        .contents()
-        .lines()
-        .any(|l| l.trim_end() == text.trim_end())
+    run.wait_screen(what, check).map_err(anyhow::Error::msg)
 }
 
 /// The terminal's lines (scrollback, then screen) from the shell's first prompt on, without the
 /// blank rows below the last one.
 fn lines_from_prompt(run: &PtyRun) -> Vec<String> {
-    let mut vt = run.terminal();
-    let (_, cols) = vt.screen().size();
-    vt.screen_mut().set_scrollback(usize::MAX);
-    let depth = vt.screen().scrollback();
-    let mut lines = Vec::new();
-    for offset in (1..=depth).rev() {
-        vt.screen_mut().set_scrollback(offset);
-        lines.extend(vt.screen().rows_formatted(0, cols.get()).next());
-    }
-    vt.screen_mut().set_scrollback(0);
-    lines.extend(vt.screen().rows_formatted(0, cols.get()));
+    let mut lines = run.lines();
     let first = lines.iter().position(|l| l.contains(":~$")).unwrap_or(0);
     // The rows below the last prompt are blank, more or fewer of them as the screen began.
     while lines.last().is_some_and(String::is_empty) {

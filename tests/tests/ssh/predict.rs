@@ -4,9 +4,9 @@
 //! never drawn, the final screen and scrollback are the same cell for cell as without
 //! prediction, and on a fast link nothing is predicted.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use relay_tests::pty_run::PtyRun;
+use relay_tests::pty_run::{has_row, PtyRun};
 use relay_tests::shaper::{Link, Shaper};
 use relay_tests::TestHome;
 
@@ -16,13 +16,8 @@ use super::*;
 /// it).
 const PROMPT: &str = "PR2> ";
 
-/// `relay shell` on a fresh terminal to `host` through `port` (the shaper's or the host's own),
-/// pane `pane`, with `extra` arguments.
-fn relay_shell(host: &SshHost, port: u16, home: &TestHome, pane: &str, extra: &[&str]) -> PtyRun {
-    relay("shell", host, port, home, pane, extra)
-}
-
-/// `relay VERB` (shell or attach) like [`relay_shell`].
+/// `relay VERB` (shell or attach) on a fresh terminal to `host` through `port`, pane `pane`,
+/// with `extra` arguments.
 fn relay(
     verb: &str,
     host: &SshHost,
@@ -31,56 +26,24 @@ fn relay(
     pane: &str,
     extra: &[&str],
 ) -> PtyRun {
-    let opts = host.options_via(agent_bin(), port).unwrap();
-    let config = opts.resolve.config_file.clone().unwrap();
-    let key = host.key_path().to_str().unwrap().to_string();
-    let destination = format!("relay@127.0.0.1:{port}");
-    let mut args = vec![
-        verb,
-        &destination,
-        "-F",
-        config.to_str().unwrap(),
-        "-i",
-        &key,
-        "--pane",
-        pane,
-    ];
-    args.extend_from_slice(extra);
-    PtyRun::spawn_with(
+    PtyRun::relay_via(
+        host,
+        port,
         home,
-        &args,
-        &[
-            ("SSH_AUTH_SOCK", ""),
-            ("RELAY_AGENT_BIN", agent_bin().to_str().unwrap()),
-        ],
+        verb,
+        &[&["--pane", pane], extra].concat(),
+        &[],
     )
 }
 
-/// Waits until the terminal model satisfies `check`, at most 60 s.
-fn wait_terminal(run: &PtyRun, what: &str, check: impl Fn(&vt100::Screen) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let shows = {
-            let vt = run.terminal();
-            if check(vt.screen()) {
-                return;
-            }
-            vt.screen().contents()
-        };
-        assert!(
-            Instant::now() < deadline,
-            "{what} never happened; the terminal shows:\n{shows}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
+fn relay_shell(host: &SshHost, port: u16, home: &TestHome, pane: &str, extra: &[&str]) -> PtyRun {
+    relay("shell", host, port, home, pane, extra)
 }
 
-/// Whether a row of the screen is exactly `text` (trailing blanks aside).
-fn has_row(screen: &vt100::Screen, text: &str) -> bool {
-    screen
-        .contents()
-        .lines()
-        .any(|l| l.trim_end() == text.trim_end())
+/// Waits until the terminal satisfies `check` (at most 60 s).
+fn wait_terminal(run: &PtyRun, what: &str, check: impl Fn(&vt100::Screen) -> bool) {
+    run.wait_screen(what, check)
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// How a typed key first appeared on the terminal.
@@ -152,27 +115,12 @@ fn run_script(run: &mut PtyRun) -> Typing {
 /// Every line of the terminal's scrollback and screen from the shell's first prompt on (what
 /// came before differs: the first run deploys the agent), oldest first, with attributes.
 fn script_lines(run: &PtyRun) -> Vec<String> {
-    let lines = all_lines(run);
+    let mut lines = run.lines();
     let first = lines
         .iter()
         .position(|l| l.contains(":~$"))
         .expect("the shell's first prompt");
-    lines[first..].to_vec()
-}
-
-/// Every line of the terminal's scrollback and screen, oldest first, with attributes.
-fn all_lines(run: &PtyRun) -> Vec<String> {
-    let mut vt = run.terminal();
-    vt.screen_mut().set_scrollback(usize::MAX);
-    let depth = vt.screen().scrollback();
-    let mut lines = Vec::new();
-    for offset in (1..=depth).rev() {
-        vt.screen_mut().set_scrollback(offset);
-        lines.extend(vt.screen().rows_formatted(0, 100).next());
-    }
-    vt.screen_mut().set_scrollback(0);
-    lines.extend(vt.screen().rows_formatted(0, 100));
-    lines
+    lines.split_off(first)
 }
 
 /// On a 200 ms link, keys of a line appear before their echo (underlined, as unconfirmed);
