@@ -99,7 +99,7 @@ pub use host::input;
 pub use transport::{local, ssh};
 
 pub use error::{report, BoxError, Error};
-pub use host::{Host, HostOptions, HostState, Workspace};
+pub use host::{Host, HostOptions, HostState, RoundTrips, Workspace};
 pub use input::{InputFailures, InputWriter};
 pub use lifecycle::{GcCandidate, GcPlan, KillSummary};
 pub use local::{BridgeStderr, LocalConfig, LocalTransport};

@@ -59,6 +59,7 @@ mod backoff;
 mod heartbeat;
 pub mod input;
 mod panes;
+mod round_trips;
 mod state;
 mod supervisor;
 #[cfg(test)]
@@ -74,6 +75,7 @@ use tokio_util::sync::CancellationToken;
 pub use backoff::BackoffPolicy;
 pub use heartbeat::HeartbeatPolicy;
 pub(crate) use panes::{PaneSlot, SlotLink};
+pub use round_trips::RoundTrips;
 pub use state::HostState;
 pub use workspace::Workspace;
 

@@ -317,7 +317,7 @@ async fn pump_loop(
     let destination = host.destination().to_string();
     let cols = || terminal::size().map_or(80, |s| s.cols);
     let room = screen.room();
-    let mut pings = screen.predicts().then(|| start_pinger(host));
+    let mut pings = screen.predicts().then(|| host.round_trips());
     loop {
         if screen.is_broken() {
             anyhow::bail!("cannot write to the terminal (stdout was closed)");
@@ -453,56 +453,10 @@ fn input_failure(e: relay_connector::Error) -> anyhow::Error {
     }
 }
 
-/// Measures the round trip to the agent for the prediction engine, from its own task (a slow
-/// agent never holds up the terminal loop). Each sample is the quickest of [`PINGS_PER_SAMPLE`]
-/// pings in a row, so a moment of local load (a busy core, a cold code path) does not pass for
-/// a slow link; the first [`QUICK_SAMPLES`] come quickly, so predictions can turn on within
-/// about a second on a slow link, then one every [`PING_EVERY`] while connected. Ends when the
-/// receiver is dropped.
-fn start_pinger(host: &Host) -> mpsc::Receiver<Duration> {
-    let (tx, rx) = mpsc::channel(4);
-    let host = host.clone();
-    tokio::spawn(async move {
-        let mut samples = 0u32;
-        loop {
-            if let Some(session) = host.try_session() {
-                let mut best: Option<Duration> = None;
-                for _ in 0..PINGS_PER_SAMPLE {
-                    if let Ok(rtt) = session.ping().await {
-                        best = Some(best.map_or(rtt, |b| b.min(rtt)));
-                    }
-                }
-                if let Some(rtt) = best {
-                    samples += 1;
-                    if tx.send(rtt).await.is_err() {
-                        return;
-                    }
-                }
-            }
-            let pause = if samples < QUICK_SAMPLES {
-                Duration::from_millis(100)
-            } else {
-                PING_EVERY
-            };
-            tokio::time::sleep(pause).await;
-            if tx.is_closed() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// Pings per round-trip sample; the quickest counts.
-const PINGS_PER_SAMPLE: u32 = 3;
-/// Samples taken 100 ms apart at start (the engine turns predictions on after three slow ones).
-const QUICK_SAMPLES: u32 = 3;
-/// How often the prediction engine's round trip is measured once it has its first samples.
-const PING_EVERY: Duration = Duration::from_secs(1);
-
-async fn recv_rtt(rx: &mut Option<mpsc::Receiver<Duration>>) -> Option<Duration> {
+/// The next round-trip sample; never when prediction is off.
+async fn recv_rtt(rx: &mut Option<relay_connector::RoundTrips>) -> Option<Duration> {
     match rx {
-        Some(rx) => rx.recv().await,
+        Some(rx) => rx.next().await,
         None => std::future::pending().await,
     }
 }
