@@ -68,6 +68,7 @@ impl Server {
                 destination: destination.to_string(),
                 host,
                 listing: Arc::new(tokio::sync::Semaphore::new(super::LISTS_PER_HOST)),
+                round_trips: std::sync::OnceLock::new(),
             },
         );
         Ok(json!({"host": id, "existing": false}))

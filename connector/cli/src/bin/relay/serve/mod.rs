@@ -20,6 +20,7 @@ pub mod calls;
 mod hosts;
 mod panes;
 pub mod params;
+mod predict;
 pub mod rpc;
 pub mod wire;
 mod workspace;
@@ -96,6 +97,9 @@ struct HostEntry {
     host: Host,
     /// Turns to ask the host for its lease list ([`LISTS_PER_HOST`]).
     listing: Arc<tokio::sync::Semaphore>,
+    /// Round trips to the agent, measured from the first pane opened with `predict` until the
+    /// host is closed.
+    round_trips: std::sync::OnceLock<relay_connector::RoundTrips>,
 }
 
 /// A call whose line is at least this long (1 MiB) gives the memory of its parameters back to
@@ -118,6 +122,8 @@ struct PaneEntry {
     failures: Arc<tokio::sync::Mutex<relay_connector::InputFailures>>,
     size: watch::Sender<Option<TermSize>>,
     credit: Arc<panes::AppCredit>,
+    /// The prediction engine, for a pane opened or attached with `predict`.
+    predict: Option<predict::Prediction>,
     tasks: Vec<tokio::task::AbortHandle>,
 }
 
@@ -227,17 +233,22 @@ impl Server {
         self.host_listing(id).map(|(host, _)| host)
     }
 
+    /// The round trips of host `id` (started on first use), for prediction engines.
+    fn round_trips(&self, id: &str) -> Result<relay_connector::RoundTrips, RpcError> {
+        let hosts = self.hosts();
+        let entry = hosts.get(id).ok_or_else(|| unknown_host(id))?;
+        Ok(entry
+            .round_trips
+            .get_or_init(|| entry.host.round_trips())
+            .clone())
+    }
+
     /// The host of id `id` and its turns to list leases ([`LISTS_PER_HOST`]).
     fn host_listing(&self, id: &str) -> Result<(Host, Arc<tokio::sync::Semaphore>), RpcError> {
         self.hosts()
             .get(id)
             .map(|h| (h.host.clone(), h.listing.clone()))
-            .ok_or_else(|| {
-                RpcError::new(
-                    "unknown_host",
-                    format!("no host {id:?} is open in this sidecar; call host.open first"),
-                )
-            })
+            .ok_or_else(|| unknown_host(id))
     }
 
     /// One line from the app.
@@ -352,6 +363,14 @@ async fn answer(out: &Out, id: Option<Value>, outcome: Outcome) {
     if let Some(start) = then {
         let _ = start.send(());
     }
+}
+
+/// The error for a host id this sidecar did not open.
+fn unknown_host(id: &str) -> RpcError {
+    RpcError::new(
+        "unknown_host",
+        format!("no host {id:?} is open in this sidecar; call host.open first"),
+    )
 }
 
 /// `{}`: the result of a call that returns nothing.

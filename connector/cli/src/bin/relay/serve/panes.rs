@@ -10,12 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt as _;
+use relay_connector::predict::PredictMode;
 use relay_connector::{Host, InputFailures, PaneEvent, PaneHandle};
 use relay_protocol::{Binding, Resume, SpawnSpec, TermSize};
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, watch, Notify};
 
 use super::params::Params;
+use super::predict::{self, Prediction};
 use super::rpc::RpcError;
 use super::wire;
 use super::workspace::within;
@@ -114,6 +116,7 @@ impl Server {
             "term",
             "size",
             "lossless",
+            "predict",
             "timeout_ms",
         ])?;
         let host_id = p.str("host")?;
@@ -138,6 +141,7 @@ impl Server {
             env,
         };
         let lossless = p.flag("lossless")?;
+        let predict = (predict::mode(&p)?, spec.size);
         let opening = async {
             if lossless {
                 host.open_pane_lossless(pane, spec, 0).await
@@ -147,7 +151,7 @@ impl Server {
         };
         let opened = within(&p, host_id, &host, opening).await?;
         let (created, handle) = opened.map_err(|e| self.host_error(&host, e))?;
-        let (binding, start) = self.hold(host_id, &host, handle);
+        let (binding, start) = self.hold(host_id, &host, handle, predict)?;
         Ok(Answer {
             result: json!({"binding": binding, "created": !created.existed}),
             then: Some(start),
@@ -166,6 +170,7 @@ impl Server {
             "pty",
             "resume_from",
             "lossless",
+            "predict",
             "timeout_ms",
         ])?;
         let host_id = p.str("host")?;
@@ -174,6 +179,14 @@ impl Server {
         let pty = p.pty("pty")?;
         let from = p.opt_u64("resume_from")?;
         let lossless = p.flag("lossless")?;
+        let mode = predict::mode(&p)?;
+        if mode != PredictMode::Never && from.is_some() {
+            return Err(RpcError::params(
+                "`predict` needs the stream to start from a screen the sidecar knows, and \
+                 `resume_from` continues one only the app has: attach without `resume_from` \
+                 (a snapshot comes first) to predict",
+            ));
+        }
         let attaching = async {
             if lossless {
                 return host
@@ -192,7 +205,8 @@ impl Server {
             (None, false) => attached.replay_from,
             _ => attached.lost,
         };
-        let (binding, start) = self.hold(host_id, &host, handle);
+        // The snapshot that starts the stream sets the model's size.
+        let (binding, start) = self.hold(host_id, &host, handle, (mode, attached.size))?;
         Ok(Answer {
             result: json!({
                 "binding": binding,
@@ -206,15 +220,29 @@ impl Server {
     }
 
     /// Keeps `handle`: its pump (started by the returned sender, after the reply), input
-    /// writer and resizer. Replaces an earlier hold of the same PTY. Returns the binding JSON.
+    /// writer, resizer and, unless `predict` is [`PredictMode::Never`], its prediction engine
+    /// for an app terminal of the given size. Replaces an earlier hold of the same PTY.
+    /// Returns the binding JSON.
+    ///
+    /// # Errors
+    /// `unknown_host` when the host was closed meanwhile.
     fn hold(
         self: &Arc<Self>,
         host_id: &str,
         host: &Host,
         handle: PaneHandle,
-    ) -> (Value, oneshot::Sender<()>) {
+        (mode, size): (PredictMode, TermSize),
+    ) -> Result<(Value, oneshot::Sender<()>), RpcError> {
         let binding = handle.binding().clone();
         let json = wire::binding_json(host_id, &binding);
+        let predicting = match mode {
+            PredictMode::Never => None,
+            mode => {
+                let round_trips = self.round_trips(host_id)?;
+                Prediction::start(self.out.clone(), json.clone(), mode, size, round_trips)
+            }
+        };
+        let (predict, predict_task) = predicting.unzip();
         let key = (host_id.to_string(), binding.pty);
         // One lock for the swap: an input arriving meanwhile finds the old entry or the new one.
         let mut panes = self.panes();
@@ -243,6 +271,7 @@ impl Server {
                 handle,
                 credit: credit.clone(),
                 binding: json.clone(),
+                predict: predict.clone(),
             },
             failures.clone(),
             started,
@@ -260,14 +289,18 @@ impl Server {
             failures,
             size,
             credit,
-            tasks: vec![pump.abort_handle(), resizer.abort_handle()],
+            predict,
+            tasks: [pump.abort_handle(), resizer.abort_handle()]
+                .into_iter()
+                .chain(predict_task)
+                .collect(),
         };
         panes.insert(key, entry);
         drop(panes);
         // Dropping a replaced entry aborts its tasks; its handle's release cannot touch the new
         // subscription (the library keys it by its own sink).
         drop(replaced);
-        (json, start)
+        Ok((json, start))
     }
 
     /// Runs `f` on the entry of the binding in `p.binding`.
@@ -300,7 +333,11 @@ impl Server {
                 let why = format!("pane {} is detaching", e.binding);
                 return Err(RpcError::new("pane_gone", why));
             };
+            let keys = e.predict.as_ref().map(|_| data.clone());
             input.push(data).map_err(|e| wire::from_error(&e))?;
+            if let (Some(predict), Some(keys)) = (&e.predict, keys) {
+                predict.input(&keys);
+            }
             Ok(done())
         })
     }
@@ -324,6 +361,9 @@ impl Server {
         let size = p.size_fields()?;
         self.with_pane(&p, |e| {
             e.size.send_replace(Some(size));
+            if let Some(predict) = &e.predict {
+                predict.resize(size);
+            }
             Ok(done())
         })
     }
@@ -412,6 +452,8 @@ struct Stream {
     handle: PaneHandle,
     credit: Arc<AppCredit>,
     binding: Value,
+    /// Told of what the app was sent, after it was sent.
+    predict: Option<Prediction>,
 }
 
 /// Most output bytes one `pane.output` carries when several chunks are ready at once.
@@ -477,15 +519,23 @@ async fn pump(
         };
         match event {
             Ok(None) => break,
-            Ok(Some(PaneEvent::Output { offset, data })) => {
-                let line = wire::output_line(&binding_text, offset, &data);
-                server.out.send_line(line).await;
+            Ok(Some(ev @ PaneEvent::Output { .. })) => {
+                if let PaneEvent::Output { offset, data } = &ev {
+                    let line = wire::output_line(&binding_text, *offset, data);
+                    server.out.send_line(line).await;
+                }
+                if let Some(predict) = &s.predict {
+                    predict.sent(ev).await;
+                }
             }
             Ok(Some(ev)) => {
                 let (method, params) = wire::event_json(&s.binding, &ev);
                 server.out.notify(method, params).await;
                 if ev.is_final() {
                     break;
+                }
+                if let Some(predict) = &s.predict {
+                    predict.sent(ev).await;
                 }
             }
             Err(err) => {
