@@ -159,6 +159,27 @@ impl Sidecar {
         }
     }
 
+    /// The first message (kept or new) `pick` accepts, waiting up to `within`; `None` when
+    /// none came.
+    pub fn poll_within(
+        &mut self,
+        within: Duration,
+        mut pick: impl FnMut(&Value) -> bool,
+    ) -> Option<Value> {
+        if let Some(i) = self.kept.iter().position(&mut pick) {
+            return self.kept.remove(i);
+        }
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(m) if pick(&m) => return Some(m),
+                Ok(m) => self.kept.push_back(m),
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// The messages kept, for a failure message: all of them when few, else how many and the
     /// last 20 that are not answers (a flood's answers would bury the rest).
     fn kept_summary(&self) -> String {

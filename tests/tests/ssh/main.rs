@@ -34,6 +34,7 @@ mod older_hosts;
 mod peer;
 mod predict;
 mod serve;
+mod serve_predict;
 mod sessions;
 mod ssh_config;
 mod windows;

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::*;
 
 /// A sidecar whose local agent lives in `home`, with no ssh-agent.
-fn sidecar(home: &TestHome) -> Sidecar {
+pub(super) fn sidecar(home: &TestHome) -> Sidecar {
     let mut cmd = home.command(&bins().relay);
     cmd.env_remove("SSH_AUTH_SOCK")
         .env("RELAY_AGENT_BIN", agent_bin());
