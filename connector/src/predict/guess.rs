@@ -100,6 +100,8 @@ pub(crate) struct Guess {
     /// A keystroke the engine could not model followed: nothing more is added, and the cursor
     /// is not judged.
     sealed: bool,
+    /// Keystrokes up to this id were judged when due without output (late echoes kept).
+    judged_quiet: Option<u64>,
 }
 
 impl Guess {
@@ -112,6 +114,7 @@ impl Guess {
             cells: BTreeMap::new(),
             keys: VecDeque::new(),
             sealed: false,
+            judged_quiet: None,
         }
     }
 
@@ -133,6 +136,16 @@ impl Guess {
     /// The send time of the oldest pending keystroke.
     pub(crate) fn oldest(&self) -> Option<Instant> {
         self.keys.front().map(|k| k.sent)
+    }
+
+    /// When the next keystroke that still has cells to judge is due (sent + `wait`); `None`
+    /// when none has.
+    pub(crate) fn next_due(&self, wait: Duration) -> Option<Instant> {
+        self.keys
+            .iter()
+            .filter(|k| self.judged_quiet.is_none_or(|j| k.id > j))
+            .find(|k| self.cells.values().any(|c| c.key == k.id))
+            .map(|k| k.sent + wait)
     }
 
     /// Marks a keystroke the engine could not model: this guess takes no more keystrokes.
@@ -316,12 +329,14 @@ impl Guess {
     }
 
     /// Compares the guess with the real screen after output arrived at `now`; a keystroke is
-    /// due `wait` after it was sent.
+    /// due `wait` after it was sent. `quiet`: no output arrived, time passed: a due cell that
+    /// still shows what it showed before is a late echo, kept for later, not a contradiction.
     pub(crate) fn judge(
         &mut self,
         screen: &vt100::Screen,
         now: Instant,
         wait: Duration,
+        quiet: bool,
     ) -> Judgement {
         let mut verdict = Judgement::default();
         let (row, col) = screen.cursor_position();
@@ -340,6 +355,9 @@ impl Guess {
             if !due_ids.contains(&cell.key) {
                 return true;
             }
+            if quiet && holds(screen, self.row, at, cell.original) {
+                return true;
+            }
             if cell.hard && !holds(screen, self.row, at, cell.expected) {
                 let unchanged = holds(screen, self.row, at, cell.original);
                 let why = if self.sealed && unchanged {
@@ -351,7 +369,10 @@ impl Guess {
             }
             false
         });
-        if broken.is_none() && !away && !self.sealed {
+        if quiet {
+            self.judged_quiet = due_ids.iter().max().copied().or(self.judged_quiet);
+        }
+        if broken.is_none() && !away && !self.sealed && !quiet {
             if let Some(last) = self.keys.back() {
                 if due_ids.contains(&last.id) && last.cursor_after != col {
                     broken = Some(Broken::Mispredicted);

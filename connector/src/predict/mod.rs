@@ -159,7 +159,7 @@ impl Predictor {
         self.parser.callbacks_mut().0 = 0;
         self.parser.process(bytes);
         let scrolled = std::mem::take(&mut self.parser.callbacks_mut().0);
-        self.judge(scrolled, now);
+        self.judge(scrolled, now, false);
         self.last_cursor = self.screen().cursor_position();
         self.expire(now);
         self.note_shown();
@@ -173,22 +173,35 @@ impl Predictor {
         self.last_cursor = self.screen().cursor_position();
     }
 
-    /// Lets time pass: withdraws predictions unconfirmed for too long and turns glitch
-    /// underlining on. Call it at [`Predictor::next_deadline`].
+    /// Lets time pass: judges keystrokes whose echo is now due against the screen as it is
+    /// (an echo that differs is taken back then, even when no more output comes), withdraws
+    /// predictions unconfirmed for too long and turns glitch underlining on. Call it at
+    /// [`Predictor::next_deadline`].
     pub fn tick(&mut self, now: Instant) {
+        let due = self
+            .guess
+            .as_ref()
+            .and_then(|g| g.next_due(self.rtt.echo_wait()))
+            .is_some_and(|at| at <= now);
+        if due {
+            self.judge(0, now, true);
+        }
         self.expire(now);
         self.note_shown();
     }
 
     /// When [`Predictor::tick`] has something to do, `None` while nothing is pending.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let oldest = self.guess.as_ref()?.oldest()?;
-        let withdraw = oldest + self.rtt.withdraw_after();
-        if self.glitch == 0 && self.shown_now() {
-            Some(withdraw.min(oldest + GLITCH_AFTER))
-        } else {
-            Some(withdraw)
+        let guess = self.guess.as_ref()?;
+        let oldest = guess.oldest()?;
+        let mut at = oldest + self.rtt.withdraw_after();
+        if let Some(due) = guess.next_due(self.rtt.echo_wait()) {
+            at = at.min(due);
         }
+        if self.glitch == 0 && self.shown_now() {
+            at = at.min(oldest + GLITCH_AFTER);
+        }
+        Some(at)
     }
 
     /// What to draw on top of the real screen now; empty when nothing is shown.
@@ -330,8 +343,9 @@ impl Predictor {
         added
     }
 
-    /// Judges the pending guess after output that scrolled the screen `scrolled` rows.
-    fn judge(&mut self, scrolled: u32, now: Instant) {
+    /// Judges the pending guess after output that scrolled the screen `scrolled` rows, or,
+    /// `quiet`, when time passed without output.
+    fn judge(&mut self, scrolled: u32, now: Instant, quiet: bool) {
         let cursor = self.screen().cursor_position();
         if !self.predicting() || !self.screen_allows() {
             if self.guess.is_some() {
@@ -360,7 +374,7 @@ impl Predictor {
             self.new_epoch();
             guess.seal();
         }
-        let verdict = guess.judge(self.parser.screen(), now, self.rtt.echo_wait());
+        let verdict = guess.judge(self.parser.screen(), now, self.rtt.echo_wait(), quiet);
         self.stats.confirmed += verdict.confirmed;
         if let Some(sent) = verdict.echo_of {
             self.confirmed_epoch = self.confirmed_epoch.max(guess.epoch);

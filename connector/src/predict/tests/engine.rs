@@ -298,6 +298,39 @@ fn an_echo_that_differs_is_a_misprediction_erased_to_the_real_screen() {
     assert_eq!(rig.predictor.stats().predicted, 8);
 }
 
+/// An echo that differs and no output after it: the prediction drawn over it is taken back
+/// when its echo is due, not when it would be withdrawn.
+#[test]
+fn an_echo_that_differs_is_taken_back_when_due_even_if_nothing_follows() {
+    let mut rig = Rig::new(PredictMode::Always, Some(200));
+    let mut shell = Shell {
+        upcase_after: Some(2),
+        ..Shell::default()
+    };
+    let mut script = Script::default();
+    script.output(0, PROMPT.as_bytes());
+    script.typing(&mut shell, 1000, 10, 200, &chars("abc"));
+    rig.run(&script, |_| {});
+    // `a` (echoed at 1200) confirmed the epoch; `C` came at 1220 where `c` is drawn.
+    assert_eq!(
+        rig.terminal_row(0),
+        "user@h:~$ abc",
+        "the prediction covers the echo"
+    );
+    assert_eq!(
+        rig.predictor.next_deadline(),
+        Some(rig.start + ms(1020 + 250)),
+        "`c` is due one echo wait after it was typed"
+    );
+    rig.at(1269);
+    assert_eq!(rig.shown(), "c");
+    rig.at(1270);
+    assert!(rig.overlay().is_empty(), "{:?}", rig.overlay());
+    assert_eq!(rig.terminal_row(0), "user@h:~$ abC");
+    assert_eq!(rig.predictor.stats().mispredicted, 1);
+    rig.assert_same_as_without_prediction();
+}
+
 #[test]
 fn backspace_left_and_right_are_predicted_within_the_line() {
     let mut rig = Rig::new(PredictMode::Always, Some(200));
