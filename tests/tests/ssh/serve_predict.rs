@@ -341,4 +341,40 @@ fn an_app_gets_overlays_that_show_keys_before_their_echo_on_a_slow_link() {
         "after the snapshot, {early} of {} early",
         text.len()
     );
+
+    // Attached again while keys are drawn: the new stream takes the old overlay back.
+    back.send(&mut app, " xyz");
+    while back.overlay.is_empty() {
+        back.step(&mut app, "keys drawn");
+    }
+    app.call(
+        "pane.attach",
+        json!({"host": id, "pane": pane("0"), "pty": pty, "predict": "always"}),
+    )
+    .unwrap();
+    back.until(&mut app, "the keys echoed", |s| row_has(s, "again xyz"));
+    back.settle(&mut app, Duration::from_secs(1));
+    assert!(
+        back.overlay.is_empty() && back.cursor.is_none(),
+        "nothing of the replaced stream's overlay is left: {:?} {:?}",
+        back.overlay,
+        back.cursor
+    );
+
+    // A size no host takes costs the engine nothing.
+    let b = back.binding.clone();
+    app.notify(
+        "pane.resize",
+        json!({"binding": b, "cols": 65535, "rows": 65535}),
+    );
+    let failed = app.notification("pane.resize_failed", pty.as_str());
+    assert_eq!(failed["error"]["code"], "limit_exceeded", "{failed}");
+    std::thread::sleep(Duration::from_secs(1));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", app.pid())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(rss_kib < 200 * 1024, "the sidecar holds {rss_kib} KiB");
 }

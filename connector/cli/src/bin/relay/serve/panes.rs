@@ -235,14 +235,10 @@ impl Server {
     ) -> Result<(Value, oneshot::Sender<()>), RpcError> {
         let binding = handle.binding().clone();
         let json = wire::binding_json(host_id, &binding);
-        let predicting = match mode {
+        let round_trips = match mode {
             PredictMode::Never => None,
-            mode => {
-                let round_trips = self.round_trips(host_id)?;
-                Prediction::start(self.out.clone(), json.clone(), mode, size, round_trips)
-            }
+            _ => Some(self.round_trips(host_id)?),
         };
-        let (predict, predict_task) = predicting.unzip();
         let key = (host_id.to_string(), binding.pty);
         // One lock for the swap: an input arriving meanwhile finds the old entry or the new one.
         let mut panes = self.panes();
@@ -250,6 +246,17 @@ impl Server {
         // PTY (during an outage, or while this attach was under way) is delivered, in order,
         // through the new attachment.
         let mut replaced = panes.remove(&key);
+        // The overlay the app still shows of the stream replaced: the new engine (or, without
+        // one, the new pump) takes it back first.
+        let before = replaced
+            .as_ref()
+            .and_then(|old| old.predict.as_ref())
+            .map(Prediction::shown)
+            .unwrap_or_default();
+        let clear = predict::clearing(&json, handle.next_offset(), &before);
+        let predict = round_trips.and_then(|rtts| {
+            Prediction::start(self.out.clone(), json.clone(), (mode, size), rtts, before)
+        });
         let kept = replaced
             .as_mut()
             .filter(|old| old.binding == binding)
@@ -272,6 +279,7 @@ impl Server {
                 credit: credit.clone(),
                 binding: json.clone(),
                 predict: predict.clone(),
+                clear: clear.filter(|_| predict.is_none()),
             },
             failures.clone(),
             started,
@@ -289,11 +297,11 @@ impl Server {
             failures,
             size,
             credit,
-            predict,
             tasks: [pump.abort_handle(), resizer.abort_handle()]
                 .into_iter()
-                .chain(predict_task)
+                .chain(predict.as_ref().map(|p| p.task()))
                 .collect(),
+            predict,
         };
         panes.insert(key, entry);
         drop(panes);
@@ -380,6 +388,9 @@ impl Server {
         // No more notifications; the handle (and so the pane's attachment, which queued input
         // is delivered through) lives until the input is delivered or the grace is over.
         entry.credit.mute();
+        if let Some(predict) = &entry.predict {
+            predict.stop();
+        }
         let input = entry.input.take();
         self.calls.spawn(async move {
             if let Some(input) = input {
@@ -454,6 +465,8 @@ struct Stream {
     binding: Value,
     /// Told of what the app was sent, after it was sent.
     predict: Option<Prediction>,
+    /// A `pane.predict` to send first: it takes back the overlay of a replaced stream.
+    clear: Option<Value>,
 }
 
 /// Most output bytes one `pane.output` carries when several chunks are ready at once.
@@ -511,6 +524,9 @@ async fn pump(
     // Free once a replaced pump of the same binding is gone.
     let mut failures = failures.lock().await;
     let binding_text = s.binding.to_string();
+    if let Some(clear) = s.clear.take() {
+        server.out.notify("pane.predict", clear).await;
+    }
     let mut stash = None;
     loop {
         let event = tokio::select! {

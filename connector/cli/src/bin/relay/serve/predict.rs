@@ -15,17 +15,22 @@
 //! `resume_from` continues a screen only the app has: `predict` is refused there.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use relay_connector::predict::{Overlay, PredictMode, Predictor};
-use relay_connector::{PaneEvent, RoundTrips};
+use relay_connector::{LockExt, PaneEvent, RoundTrips};
 use relay_protocol::TermSize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::params::Params;
 use super::rpc::{Out, RpcError};
+
+/// The largest side (columns or rows) the engine's model takes: the agent's own limit
+/// (`MAX_COLS`, `MAX_ROWS` in `agent/src/limits.rs`), so a size the host refuses costs no
+/// memory here. A larger `pane.resize` keeps the model's size and drops what is pending.
+const MAX_SIDE: u16 = 1000;
 
 /// Changes queued for one pane's engine; beyond this, keystrokes are not predicted (see
 /// [`Prediction::input`]) and output waits.
@@ -60,33 +65,60 @@ pub struct Prediction {
     /// Set when a keystroke could not be queued: the engine drops its pending predictions
     /// (they no longer know every key).
     missed: Arc<AtomicBool>,
+    /// The overlay last sent to the app.
+    shown: Arc<Mutex<Overlay>>,
+    task: tokio::task::AbortHandle,
 }
 
 impl Prediction {
     /// Starts the engine of the pane of binding `binding` (its JSON), whose app terminal is
     /// `size` (columns × rows) and blank or about to be cleared by the stream's first snapshot;
-    /// `round_trips` are its host's. Returns `None` for [`PredictMode::Never`].
+    /// `round_trips` are its host's; `before` is the overlay the app still shows from a stream
+    /// of the same pane this one replaces (taken back with the first `pane.predict`). Returns
+    /// `None` for [`PredictMode::Never`].
     pub fn start(
         out: Out,
         binding: Value,
-        mode: PredictMode,
-        size: TermSize,
+        (mode, size): (PredictMode, TermSize),
         round_trips: RoundTrips,
-    ) -> Option<(Prediction, tokio::task::AbortHandle)> {
+        before: Overlay,
+    ) -> Option<Prediction> {
         if mode == PredictMode::Never {
             return None;
         }
         let (tx, rx) = mpsc::channel(QUEUE);
         let missed = Arc::new(AtomicBool::new(false));
+        let shown = Arc::new(Mutex::new(before));
+        let size = capped(size).unwrap_or_default();
         let engine = Engine {
             predictor: Predictor::new(size.cols, size.rows, mode),
             size,
-            shown: Overlay::default(),
+            shown: shown.clone(),
             offset: 0,
             missed: missed.clone(),
         };
         let task = tokio::spawn(engine.run(rx, out, binding, round_trips));
-        Some((Prediction { tx, missed }, task.abort_handle()))
+        Some(Prediction {
+            tx,
+            missed,
+            shown,
+            task: task.abort_handle(),
+        })
+    }
+
+    /// The overlay the app was last sent.
+    pub fn shown(&self) -> Overlay {
+        self.shown.lock_unpoisoned().clone()
+    }
+
+    /// The engine's task (aborting it stops the engine).
+    pub fn task(&self) -> tokio::task::AbortHandle {
+        self.task.clone()
+    }
+
+    /// Stops the engine at once: no `pane.predict` follows (the app detached).
+    pub fn stop(&self) {
+        self.task.abort();
     }
 
     /// The pump sent `ev` to the app: output, a snapshot or a gap changes its screen (other
@@ -122,7 +154,7 @@ struct Engine {
     predictor: Predictor,
     size: TermSize,
     /// The overlay last sent to the app.
-    shown: Overlay,
+    shown: Arc<Mutex<Overlay>>,
     /// The output offset the engine has seen up to.
     offset: u64,
     missed: Arc<AtomicBool>,
@@ -151,10 +183,16 @@ impl Engine {
                 self.predictor.resize(self.size.cols, self.size.rows);
             }
             let overlay = self.predictor.overlay();
-            if overlay != self.shown {
-                let params = overlay_json(&binding, self.offset, &overlay, &self.shown);
+            let params = {
+                let mut shown = self.shown.lock_unpoisoned();
+                (overlay != *shown).then(|| {
+                    let params = overlay_json(&binding, self.offset, &overlay, &shown);
+                    *shown = overlay;
+                    params
+                })
+            };
+            if let Some(params) = params {
                 out.notify("pane.predict", params).await;
-                self.shown = overlay;
             }
         }
     }
@@ -185,9 +223,21 @@ impl Engine {
     }
 
     fn resize(&mut self, size: TermSize) {
-        self.size = size;
-        self.predictor.resize(size.cols, size.rows);
+        // A size over the host's limit is refused there: the pane keeps its size.
+        self.size = capped(size).unwrap_or(self.size);
+        self.predictor.resize(self.size.cols, self.size.rows);
     }
+}
+
+/// `size` when neither side is over [`MAX_SIDE`].
+fn capped(size: TermSize) -> Option<TermSize> {
+    (size.cols <= MAX_SIDE && size.rows <= MAX_SIDE).then_some(size)
+}
+
+/// The `pane.predict` params that take back `before`, the overlay the app still shows of a
+/// stream being replaced by one without an engine; `None` when it shows none.
+pub fn clearing(binding: &Value, offset: u64, before: &Overlay) -> Option<Value> {
+    (!before.is_empty()).then(|| overlay_json(binding, offset, &Overlay::default(), before))
 }
 
 /// `pane.predict`'s params: the whole overlay now (`cells`, `cursor`) and the cells of the one
