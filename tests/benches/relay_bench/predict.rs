@@ -6,11 +6,14 @@
 //! Each printable key of the corpus is typed at human speed ([`KEY_GAP`]) and timed from the
 //! write until the terminal (the test side's vt100 model) shows it at the cursor. The corpus:
 //! bash with a typo fixed by backspaces, tab completion and history recall with Up; a `read -s`
-//! password; `cat` echoing a line; a program that turned echo off. (Not vim in insert mode:
-//! the fixture host has no vim; in the alternate screen the engine predicts nothing anyway.)
+//! password; `cat` echoing a line; a program that turned echo off; vim (the fixture's
+//! vim-tiny) in insert mode, timed apart: it runs in the alternate screen, where the engine
+//! predicts nothing.
 //! Besides the times it reports the engine's counters (`RELAY_LOG=relay::predict=info` at
 //! exit), whether any password character was ever written to the terminal, and whether the
-//! screen and scrollback ended the same as without prediction.
+//! screen and scrollback ended the same as without prediction. Last, what the engine's own
+//! screen model costs: relay's CPU time and the wall time for a flood of output
+//! ([`FLOOD`]), which the engine parses whether or not it is predicting.
 
 use std::time::{Duration, Instant};
 
@@ -18,10 +21,14 @@ use relay_tests::fixture::SshHost;
 use relay_tests::pty_run::{has_row, PtyRun};
 use relay_tests::shaper::{Link, Shaper};
 
+use super::screen::cpu_ticks;
 use super::stats::{row, smoke, Row};
 
 /// Time between two typed keys: a quick typist (about 120 words a minute).
 const KEY_GAP: Duration = Duration::from_millis(100);
+/// The flood of output after the corpus: 6.9 MB of short lines, then a line to wait for.
+const FLOOD: &str = "seq 1 1000000; echo FLOOD-$((1+1))\r";
+
 /// The password the corpus types (letters that no escape sequence relay writes ends with).
 const PASSWORD: &str = "zkvjzkvj";
 
@@ -40,6 +47,8 @@ enum Step {
     Edit(&'static str),
     /// Waits this many ms (for a program to start reading).
     Pause(u64),
+    /// As [`Step::Type`], in a full-screen editor's insert mode: timed apart.
+    Insert(&'static str),
 }
 
 use Step::*;
@@ -86,6 +95,14 @@ fn corpus() -> Vec<Step> {
             Blind("quiet"),
             Keys("\r"),
             Line("silent-done"),
+            // vim (the fixture's vim-tiny) in insert mode, in the alternate screen.
+            Keys("vim.tiny -u NONE -i NONE -N\r"),
+            Pause(1000),
+            Keys("i"),
+            Pause(300),
+            Insert("typed into vim"),
+            Keys("\x1b"),
+            Keys(":q!\r"),
         ]);
     }
     // The last prompt, so both passes end on the same screen.
@@ -97,12 +114,17 @@ fn corpus() -> Vec<Step> {
 struct Pass {
     /// Key → shown at the cursor, per timed key.
     drawn: Vec<Duration>,
+    /// The same, for the keys typed into vim.
+    drawn_vim: Vec<Duration>,
     /// Every line of the terminal from the shell's first prompt on, with attributes.
     lines: Vec<String>,
     /// Whether a password character was written to the terminal.
     password_drawn: bool,
     /// The engine's counters line, as relay logged it at exit.
     stats: String,
+    /// The flood: relay's CPU time and the time until its last line showed.
+    flood_cpu: Duration,
+    flood_wall: Duration,
 }
 
 pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
@@ -131,24 +153,37 @@ fn report(rows: &mut Vec<Row>, link: &str, adaptive: &Pass, never: &Pass) {
         &never.drawn,
         baseline,
     ));
-    let within = |p: &Pass| {
-        let quick = p
-            .drawn
+    let within = |drawn: &[Duration]| {
+        let quick = drawn
             .iter()
             .filter(|d| **d <= Duration::from_millis(5))
             .count();
         format!(
             "{quick} of {} ({:.0} %)",
-            p.drawn.len(),
-            100.0 * quick as f64 / p.drawn.len().max(1) as f64
+            drawn.len(),
+            100.0 * quick as f64 / drawn.len().max(1) as f64
         )
     };
     rows.push(Row::text(
         &format!("keys shown within 5 ms, {link}"),
-        within(adaptive),
-        within(never),
+        within(&adaptive.drawn),
+        within(&never.drawn),
         baseline,
     ));
+    if !adaptive.drawn_vim.is_empty() {
+        rows.push(row(
+            &format!("typed key → shown in vim's insert mode, {link}"),
+            &adaptive.drawn_vim,
+            &never.drawn_vim,
+            baseline,
+        ));
+        rows.push(Row::text(
+            &format!("keys shown within 5 ms in vim's insert mode, {link}"),
+            within(&adaptive.drawn_vim),
+            within(&never.drawn_vim),
+            baseline,
+        ));
+    }
     rows.push(Row::text(
         &format!("engine counters at exit, {link}"),
         adaptive.stats.clone(),
@@ -174,6 +209,19 @@ fn report(rows: &mut Vec<Row>, link: &str, adaptive: &Pass, never: &Pass) {
         &format!("screen and scrollback identical to `never`, {link}"),
         yes_no(adaptive.lines == never.lines),
         format!("{} lines", never.lines.len()),
+        baseline,
+    ));
+    let ms = |d: Duration| format!("{} ms", d.as_millis());
+    rows.push(Row::text(
+        &format!("relay CPU for `seq 1 1000000` (6.9 MB), {link}"),
+        ms(adaptive.flood_cpu),
+        ms(never.flood_cpu),
+        baseline,
+    ));
+    rows.push(Row::text(
+        &format!("`seq 1 1000000` until its last line shows, {link}"),
+        ms(adaptive.flood_wall),
+        ms(never.flood_wall),
         baseline,
     ));
     rows.push(Row::text(
@@ -203,10 +251,14 @@ fn pass(ssh: &SshHost, port: u16, mode: &str, rtt: u64) -> anyhow::Result<Pass> 
     wait(&run, "the prompt", |s| has_row(s, "PR2> "))?;
     // The round-trip samples that turn predictions on: three, about 2 s at 200 ms.
     std::thread::sleep(Duration::from_secs(3));
-    let mut drawn = Vec::new();
+    let (mut drawn, mut drawn_vim) = (Vec::new(), Vec::new());
     for step in corpus() {
         match step {
-            Type(text) => {
+            Type(text) | Insert(text) => {
+                let times = match step {
+                    Insert(_) => &mut drawn_vim,
+                    _ => &mut drawn,
+                };
                 for ch in text.chars() {
                     let (row, col) = run.terminal().screen().cursor_position();
                     let key = ch.to_string();
@@ -215,7 +267,7 @@ fn pass(ssh: &SshHost, port: u16, mode: &str, rtt: u64) -> anyhow::Result<Pass> 
                     wait(&run, &format!("{key:?} at ({row}, {col})"), |s| {
                         s.cell(row, col).is_some_and(|c| c.contents() == key)
                     })?;
-                    drawn.push(t.elapsed());
+                    times.push(t.elapsed());
                     std::thread::sleep(KEY_GAP.saturating_sub(t.elapsed()));
                 }
             }
@@ -244,6 +296,12 @@ fn pass(ssh: &SshHost, port: u16, mode: &str, rtt: u64) -> anyhow::Result<Pass> 
     let asked = text.find("pw: ").unwrap_or(0);
     let answered = text[asked..].find("len=").map_or(text.len(), |i| asked + i);
     let password_drawn = PASSWORD.chars().any(|c| text[asked..answered].contains(c));
+    let (cpu0, t0) = (cpu_ticks(run.pid())?, Instant::now());
+    run.type_text(FLOOD);
+    wait(&run, "the flood's last line", |s| has_row(s, "FLOOD-2"))?;
+    let flood_wall = t0.elapsed();
+    // Clock ticks are 1/100 s on Linux.
+    let flood_cpu = Duration::from_millis(10 * (cpu_ticks(run.pid())? - cpu0));
     run.type_text("\r~.");
     run.wait_exit();
     let stats = run
@@ -257,9 +315,12 @@ fn pass(ssh: &SshHost, port: u16, mode: &str, rtt: u64) -> anyhow::Result<Pass> 
         });
     Ok(Pass {
         drawn,
+        drawn_vim,
         lines,
         password_drawn,
         stats,
+        flood_cpu,
+        flood_wall,
     })
 }
 

@@ -165,7 +165,7 @@ async fn flood_cpu(home: &TestHome, session: &Session) -> anyhow::Result<f64> {
 }
 
 /// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: i32) -> anyhow::Result<u64> {
+pub(super) fn cpu_ticks(pid: i32) -> anyhow::Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name (which is in parentheses and may contain spaces).
     let rest = stat
