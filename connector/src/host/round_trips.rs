@@ -1,10 +1,11 @@
 //! [`Host::round_trips`]: the round trip to a host's agent, measured in the background for the
 //! prediction engine ([`crate::predict::Predictor::rtt_sample`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::{Host, HostInner};
 
@@ -50,15 +51,25 @@ impl Host {
     /// [`RoundTrips`] clone is gone. Must be called inside a tokio runtime.
     pub fn round_trips(&self) -> RoundTrips {
         let (tx, rx) = watch::channel(None);
-        tokio::spawn(ping(self.inner.clone(), tx));
+        let shutdown = self.inner.shutdown.clone();
+        tokio::spawn(ping(Arc::downgrade(&self.inner), shutdown, tx));
         RoundTrips(rx)
     }
 }
 
-async fn ping(inner: Arc<HostInner>, tx: watch::Sender<Option<Duration>>) {
+/// The pinger. It holds the host's state only for a moment each round, never the last
+/// reference across an await: the host is dropped where it would be without a pinger.
+async fn ping(
+    inner: Weak<HostInner>,
+    shutdown: CancellationToken,
+    tx: watch::Sender<Option<Duration>>,
+) {
     let mut samples = 0u32;
     loop {
-        if let Some(live) = inner.live() {
+        let Some(live) = inner.upgrade().map(|inner| inner.live()) else {
+            return;
+        };
+        if let Some(live) = live {
             let mut best: Option<Duration> = None;
             for _ in 0..PINGS_PER_SAMPLE {
                 if let Ok(rtt) = live.session.ping().await {
@@ -80,7 +91,7 @@ async fn ping(inner: Arc<HostInner>, tx: watch::Sender<Option<Duration>>) {
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
             () = tx.closed() => return,
-            () = inner.shutdown.cancelled() => return,
+            () = shutdown.cancelled() => return,
         }
     }
 }
