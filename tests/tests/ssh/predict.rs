@@ -123,6 +123,16 @@ fn script_lines(run: &PtyRun) -> Vec<String> {
     lines.split_off(first)
 }
 
+/// A fixture host and a link shaper in front of it with a 200 ms round trip.
+pub(super) fn host_behind_a_200ms_link(rt: &tokio::runtime::Runtime) -> (SshHost, Shaper) {
+    let host = rt.block_on(SshHost::start()).unwrap();
+    let target = format!("127.0.0.1:{}", host.port()).parse().unwrap();
+    let shaper = rt
+        .block_on(Shaper::start(target, Link::rtt_ms(200)))
+        .unwrap();
+    (host, shaper)
+}
+
 /// On a 200 ms link, keys of a line appear before their echo (underlined, as unconfirmed);
 /// the password is never drawn; and the terminal ends cell for cell, scrollback included, as
 /// with `--predict=never` for the same keystrokes.
@@ -130,11 +140,7 @@ fn script_lines(run: &PtyRun) -> Vec<String> {
 fn on_a_slow_link_keys_show_before_their_echo_and_the_screen_ends_the_same() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _in_runtime = rt.enter();
-    let host = rt.block_on(SshHost::start()).unwrap();
-    let target = format!("127.0.0.1:{}", host.port()).parse().unwrap();
-    let shaper = rt
-        .block_on(Shaper::start(target, Link::rtt_ms(200)))
-        .unwrap();
+    let (host, shaper) = host_behind_a_200ms_link(&rt);
     let home = TestHome::new();
 
     let mut on = relay_shell(&host, shaper.port(), &home, "typing-on", &[]);

@@ -8,13 +8,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use relay_tests::shaper::{Link, Shaper};
 use relay_tests::sidecar::{b64, unb64, Sidecar};
 use relay_tests::TestHome;
 use serde_json::{json, Value};
 
+use super::predict::host_behind_a_200ms_link;
 use super::serve::sidecar;
-use super::*;
 
 /// The prompt the script sets (`PR` then `2` from arithmetic, so typed text never contains it).
 const PROMPT: &str = "PR2> ";
@@ -208,11 +207,7 @@ fn cells(n: impl TryInto<u16>) -> std::num::NonZeroU16 {
 fn an_app_gets_overlays_that_show_keys_before_their_echo_on_a_slow_link() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _in_runtime = rt.enter();
-    let host = rt.block_on(SshHost::start()).unwrap();
-    let target = format!("127.0.0.1:{}", host.port()).parse().unwrap();
-    let shaper = rt
-        .block_on(Shaper::start(target, Link::rtt_ms(200)))
-        .unwrap();
+    let (host, shaper) = host_behind_a_200ms_link(&rt);
     let opts = host
         .options_via(relay_tests::agent_copy(), shaper.port())
         .unwrap();
