@@ -1,0 +1,31 @@
+//! What the engine predicts and shows, and when it stops.
+
+use std::time::Duration;
+
+mod editing;
+mod judging;
+mod screen;
+mod timing;
+
+use super::super::{OverlayCell, Stats};
+use super::*;
+
+fn cell(row: u16, col: u16, ch: char, underline: bool) -> OverlayCell {
+    OverlayCell {
+        row,
+        col,
+        ch,
+        underline,
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A rig showing the prompt on row 0 (cursor at column 10).
+fn at_prompt(mode: PredictMode, rtt_ms: Option<u64>) -> Rig {
+    let mut rig = Rig::new(mode, rtt_ms);
+    rig.output(PROMPT.as_bytes());
+    rig
+}
