@@ -92,7 +92,6 @@ impl Prediction {
         let size = capped(size).unwrap_or_default();
         let engine = Engine {
             predictor: Predictor::new(size.cols, size.rows, mode),
-            size,
             shown: shown.clone(),
             offset: 0,
             missed: missed.clone(),
@@ -152,7 +151,6 @@ impl Prediction {
 /// The task's state.
 struct Engine {
     predictor: Predictor,
-    size: TermSize,
     /// The overlay last sent to the app.
     shown: Arc<Mutex<Overlay>>,
     /// The output offset the engine has seen up to.
@@ -180,7 +178,7 @@ impl Engine {
             }
             if self.missed.swap(false, Ordering::AcqRel) {
                 // A keystroke went unseen: what is pending no longer matches the keys.
-                self.predictor.resize(self.size.cols, self.size.rows);
+                self.resize(self.size());
             }
             let overlay = self.predictor.overlay();
             let params = {
@@ -213,7 +211,7 @@ impl Engine {
             Feed::Event(PaneEvent::Gap { to, .. }) => {
                 // The app's screen jumps as the model's does (both see the same bytes next);
                 // what was pending cannot be judged across the jump.
-                self.resize(self.size);
+                self.resize(self.size());
                 self.offset = to;
             }
             Feed::Event(_) => {}
@@ -222,10 +220,20 @@ impl Engine {
         }
     }
 
+    /// Resizes the model (dropping what is pending); a size over the host's limit is refused
+    /// there, so the pane, and the model, keep theirs.
     fn resize(&mut self, size: TermSize) {
-        // A size over the host's limit is refused there: the pane keeps its size.
-        self.size = capped(size).unwrap_or(self.size);
-        self.predictor.resize(self.size.cols, self.size.rows);
+        let size = capped(size).unwrap_or_else(|| self.size());
+        self.predictor.resize(size.cols, size.rows);
+    }
+
+    /// The model's size.
+    fn size(&self) -> TermSize {
+        let (rows, cols) = self.predictor.screen().size();
+        TermSize {
+            cols: cols.get(),
+            rows: rows.get(),
+        }
     }
 }
 
