@@ -246,12 +246,12 @@ impl Server {
         // PTY (during an outage, or while this attach was under way) is delivered, in order,
         // through the new attachment.
         let mut replaced = panes.remove(&key);
-        // The overlay the app still shows of the stream replaced: the new engine (or, without
-        // one, the new pump) takes it back first.
+        // The overlay the app still shows of the stream replaced (whose engine sends nothing
+        // more from here): the new engine (or, without one, the new pump) takes it back first.
         let before = replaced
             .as_ref()
             .and_then(|old| old.predict.as_ref())
-            .map(Prediction::shown)
+            .map(Prediction::retire)
             .unwrap_or_default();
         let clear = predict::clearing(&json, handle.next_offset(), &before);
         let predict = round_trips.and_then(|rtts| {

@@ -65,9 +65,17 @@ pub struct Prediction {
     /// Set when a keystroke could not be queued: the engine drops its pending predictions
     /// (they no longer know every key).
     missed: Arc<AtomicBool>,
-    /// The overlay last sent to the app.
-    shown: Arc<Mutex<Overlay>>,
+    shown: Arc<Mutex<Shown>>,
     task: tokio::task::AbortHandle,
+}
+
+/// What the app was last sent, shared by the engine's task and the pane's entry.
+#[derive(Default)]
+struct Shown {
+    /// The overlay last queued for the app.
+    overlay: Overlay,
+    /// Set by [`Prediction::retire`]: the engine queues nothing more.
+    retired: bool,
 }
 
 impl Prediction {
@@ -88,7 +96,10 @@ impl Prediction {
         }
         let (tx, rx) = mpsc::channel(QUEUE);
         let missed = Arc::new(AtomicBool::new(false));
-        let shown = Arc::new(Mutex::new(before));
+        let shown = Arc::new(Mutex::new(Shown {
+            overlay: before,
+            retired: false,
+        }));
         let size = capped(size).unwrap_or_default();
         let engine = Engine {
             predictor: Predictor::new(size.cols, size.rows, mode),
@@ -105,9 +116,12 @@ impl Prediction {
         })
     }
 
-    /// The overlay the app was last sent.
-    pub fn shown(&self) -> Overlay {
-        self.shown.lock_unpoisoned().clone()
+    /// Ends this engine's `pane.predict`s (a new stream of the pane replaces it) and returns
+    /// the overlay the app was last sent: every one queued before is in it, none follows.
+    pub fn retire(&self) -> Overlay {
+        let mut shown = self.shown.lock_unpoisoned();
+        shown.retired = true;
+        shown.overlay.clone()
     }
 
     /// The engine's task (aborting it stops the engine).
@@ -151,8 +165,7 @@ impl Prediction {
 /// The task's state.
 struct Engine {
     predictor: Predictor,
-    /// The overlay last sent to the app.
-    shown: Arc<Mutex<Overlay>>,
+    shown: Arc<Mutex<Shown>>,
     /// The output offset the engine has seen up to.
     offset: u64,
     missed: Arc<AtomicBool>,
@@ -181,17 +194,21 @@ impl Engine {
                 self.resize(self.size());
             }
             let overlay = self.predictor.overlay();
-            let params = {
-                let mut shown = self.shown.lock_unpoisoned();
-                (overlay != *shown).then(|| {
-                    let params = overlay_json(&binding, self.offset, &overlay, &shown);
-                    *shown = overlay;
-                    params
-                })
-            };
-            if let Some(params) = params {
-                out.notify("pane.predict", params).await;
+            if overlay == self.shown.lock_unpoisoned().overlay {
+                continue;
             }
+            // The overlay is recorded as shown only as its message is queued, and never after
+            // `retire`: the stream replacing this one takes back exactly what the app was sent.
+            out.notify_if("pane.predict", || {
+                let mut shown = self.shown.lock_unpoisoned();
+                if shown.retired || overlay == shown.overlay {
+                    return None;
+                }
+                let params = overlay_json(&binding, self.offset, &overlay, &shown.overlay);
+                shown.overlay = overlay;
+                Some(params)
+            })
+            .await;
         }
     }
 

@@ -398,6 +398,21 @@ impl Out {
             .await;
     }
 
+    /// Sends notification `method` with the params `make` returns, or nothing when it returns
+    /// `None`. Waits for room in stdout's queue first, then calls `make` and queues its message
+    /// without waiting again: a task aborted here has either not called `make` or has queued
+    /// what it made, so state `make` changes never disagrees with what the app is sent.
+    pub async fn notify_if(&self, method: &str, make: impl FnOnce() -> Option<Value>) {
+        // Fails only when the writer stopped (stdout closed); the sidecar is ending then.
+        let Ok(permit) = self.tx.reserve().await else {
+            return;
+        };
+        if let Some(params) = make() {
+            let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
+            permit.send(Outgoing::Line(line_of(&msg)));
+        }
+    }
+
     /// Asks the app `method` and waits (this thread) up to [`APP_ANSWER_WITHIN`] for its
     /// answer. `None` when it did not answer in time, answered with an error, or is gone. Call
     /// it only on a blocking thread: the SSH transport runs its callbacks there.
