@@ -9,6 +9,10 @@ use crate::output::ring::DEFAULT_REPLAY_BYTES;
 /// Default per-pane credit window in bytes (1 MiB). Overridden by env `RELAY_WINDOW_BYTES`.
 pub const DEFAULT_WINDOW_BYTES: u32 = 1024 * 1024;
 
+/// Default room for lossless windows to grow on one connection, in bytes (16 MiB). Overridden
+/// by env `RELAY_WINDOW_BUDGET_BYTES`.
+pub const DEFAULT_WINDOW_BUDGET_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -16,6 +20,10 @@ pub struct Config {
     pub replay_bytes: usize,
     /// Credit window per subscription, in bytes (env `RELAY_WINDOW_BYTES`).
     pub window: u32,
+    /// How far the windows of one connection's lossless subscriptions may grow beyond
+    /// [`Config::window`] together, in bytes (env `RELAY_WINDOW_BUDGET_BYTES`; see
+    /// [`crate::output::credit`]).
+    pub window_budget: u64,
     /// Version advertised in Welcome/Status (env `RELAY_AGENT_ADVERTISE_VERSION`, else the crate
     /// version).
     pub advertise_version: String,
@@ -63,6 +71,7 @@ impl Default for Config {
         Config {
             replay_bytes: DEFAULT_REPLAY_BYTES,
             window: DEFAULT_WINDOW_BYTES,
+            window_budget: DEFAULT_WINDOW_BUDGET_BYTES,
             advertise_version: env!("CARGO_PKG_VERSION").to_string(),
             max_ended: DEFAULT_MAX_ENDED,
             kill_grace: Duration::from_secs(3),
@@ -92,6 +101,9 @@ impl Config {
         if let Some(n) = number("RELAY_WINDOW_BYTES")? {
             c.window = u32::try_from(n)
                 .map_err(|_| format!("RELAY_WINDOW_BYTES={n} is above {}", u32::MAX))?;
+        }
+        if let Some(n) = number("RELAY_WINDOW_BUDGET_BYTES")? {
+            c.window_budget = n;
         }
         if let Some(ms) = number("RELAY_EXIT_OUTPUT_GRACE_MS")? {
             c.exit_output_grace = Duration::from_millis(ms);

@@ -26,8 +26,9 @@ pub const PROTOCOL_MAJOR: u16 = 1;
 /// 1.5 added live upgrade, `UpgradeInfo`/`Upgrade` and `ErrorReply::UpgradeRefused`
 /// (capability [`Capability::UPGRADE`]); 1.6 added lossless delivery, `OpenLossless`/
 /// `AttachLossless` (capability [`Capability::LOSSLESS`]); 1.7 added `ListWorkspace`, one
-/// workspace's leases (capability [`Capability::LIST_WORKSPACE`]).
-pub const PROTOCOL_MINOR: u16 = 7;
+/// workspace's leases (capability [`Capability::LIST_WORKSPACE`]); 1.8 added lossless windows
+/// that grow with the link (capability [`Capability::WINDOW_GROWTH`]).
+pub const PROTOCOL_MINOR: u16 = 8;
 
 /// Name of an optional feature a peer supports, e.g. `"protect"`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -65,6 +66,12 @@ impl Capability {
     /// `ListWorkspace`: the leases of one workspace, without listing every lease the agent
     /// ever held (protocol 1.7).
     pub const LIST_WORKSPACE: &'static str = "list-workspace";
+    /// Growing windows: when both peers list it, the credit window of a lossless subscription
+    /// grows from [`Limits::window`] toward the replay ring ([`Limits::replay_bytes`]) while its
+    /// consumer's acks keep emptying it, so an every-byte consumer is not held to one window per
+    /// round trip on a long link; the connector sizes its pane queues for the ring (protocol
+    /// 1.8).
+    pub const WINDOW_GROWTH: &'static str = "window-growth";
 
     /// Everything this build implements.
     pub fn all() -> Vec<Capability> {
@@ -80,6 +87,7 @@ impl Capability {
             Self::UPGRADE,
             Self::LOSSLESS,
             Self::LIST_WORKSPACE,
+            Self::WINDOW_GROWTH,
         ]
         .into_iter()
         .map(|c| Capability(c.to_string()))

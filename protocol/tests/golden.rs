@@ -312,6 +312,15 @@ fn lossless_is_advertised_from_minor_6() {
 }
 
 #[test]
+fn window_growth_is_advertised_from_minor_8() {
+    use relay_protocol::{Capability, PROTOCOL_MINOR};
+    // Growing lossless windows came with protocol 1.8, gated by "window-growth" (no new op).
+    const { assert!(PROTOCOL_MINOR >= 8, "window-growth needs minor 8") };
+    assert_eq!(Capability::WINDOW_GROWTH, "window-growth");
+    assert!(Capability::all().contains(&Capability(Capability::WINDOW_GROWTH.into())));
+}
+
+#[test]
 fn lifecycle_is_advertised_from_minor_4() {
     use relay_protocol::{Capability, PROTOCOL_MINOR};
     // The lifecycle ops and `EndReason::Forgotten` came with protocol 1.4, gated by "lifecycle".

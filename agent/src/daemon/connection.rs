@@ -136,11 +136,16 @@ async fn serve_in_span(stream: UnixStream, state: State, cancel: CancellationTok
         .capabilities
         .iter()
         .any(|c| c.0 == Capability::LIFECYCLE);
+    let window_growth = hello
+        .capabilities
+        .iter()
+        .any(|c| c.0 == Capability::WINDOW_GROWTH);
     let terms = PeerTerms {
         chunk,
         max_frame: peer_max,
         credit,
         lifecycle,
+        window_growth,
     };
     // A client id only names the peer's holds (see `crate::output::hold`): 256 bytes tell clients
     // apart.

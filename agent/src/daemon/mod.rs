@@ -212,6 +212,7 @@ fn log_settings(state: &State) {
     tracing::info!(
         replay_bytes = settings.replay_bytes,
         window = settings.window,
+        window_budget = settings.window_budget,
         scrollback_lines = ?settings.scrollback_lines,
         pass_stdio = settings.pass_stdio,
         unused_grace = ?settings.policy.unused_grace,

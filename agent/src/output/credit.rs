@@ -12,14 +12,76 @@
 //! A connector that did not list the `credit` capability never sends `Ack`; its subscriptions use
 //! [`Credit::unlimited`], where everything sent counts as acknowledged (the connection's bounded
 //! queue still limits what is buffered).
+//!
+//! A lossless subscription's window grows ([`Credit::growing`], protocol 1.8, capability
+//! `window-growth`): one window per round trip caps an every-byte consumer at `window / RTT`, so
+//! each ack that arrives after the window ran full ([`Credit::on_starved`]) widens it by the bytes
+//! the ack freed — TCP's slow start, about doubling per round trip while the window is what holds
+//! output back — up to a maximum (the replay ring) and within the connection's
+//! [`WindowBudget`]. A consumer that stalls sends no acks, so its window stops growing.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Most unacknowledged gaps kept; beyond this the subscription waits for acks (bounded memory).
 pub const MAX_PENDING_GAPS: usize = 64;
 
+/// How far the windows of one connection's subscriptions may grow together beyond their
+/// starting window, in bytes (env `RELAY_WINDOW_BUDGET_BYTES`): what the peer may be sent beyond
+/// its acks stays bounded however many lossless panes it follows.
+#[derive(Debug)]
+pub struct WindowBudget {
+    free: AtomicU64,
+}
+
+impl WindowBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: u64) -> Arc<WindowBudget> {
+        Arc::new(WindowBudget {
+            free: AtomicU64::new(bytes),
+        })
+    }
+
+    /// Bytes not granted to any window.
+    pub fn free(&self) -> u64 {
+        self.free.load(Ordering::Acquire)
+    }
+
+    /// Grants up to `want` bytes; returns how many.
+    fn take(&self, want: u64) -> u64 {
+        let before = self
+            .free
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |free| {
+                Some(free - free.min(want))
+            })
+            .unwrap_or(0);
+        before.min(want)
+    }
+
+    fn give(&self, n: u64) {
+        self.free.fetch_add(n, Ordering::AcqRel);
+    }
+}
+
+/// A growing window's state: what it was granted from the budget goes back when it is dropped.
+#[derive(Debug)]
+struct Growth {
+    max: u64,
+    budget: Arc<WindowBudget>,
+    granted: u64,
+    /// The window ran full since the last ack: the window, not output, held the sender back.
+    starved: bool,
+}
+
+impl Drop for Growth {
+    fn drop(&mut self) {
+        self.budget.give(self.granted);
+    }
+}
+
 /// Flow-control state of one subscription. Offsets are absolute PTY output offsets.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Credit {
     window: u64,
     /// Offset of the next byte to forward (everything before it was sent or skipped as a gap).
@@ -30,6 +92,8 @@ pub struct Credit {
     gaps: VecDeque<(u64, u64)>,
     /// No acks will come: what is sent counts as acknowledged.
     implicit_acks: bool,
+    /// Set for a window that grows with the link ([`Credit::growing`]).
+    growth: Option<Growth>,
 }
 
 impl Credit {
@@ -42,6 +106,34 @@ impl Credit {
             acked: start,
             gaps: VecDeque::new(),
             implicit_acks: false,
+            growth: None,
+        }
+    }
+
+    /// This window grows with the link (see the module docs) up to `max` bytes (never below
+    /// where it starts), taking what it grows by from `budget` and giving it back when dropped.
+    pub fn growing(self, max: u64, budget: Arc<WindowBudget>) -> Self {
+        Credit {
+            growth: Some(Growth {
+                max: max.max(self.window),
+                budget,
+                granted: 0,
+                starved: false,
+            }),
+            ..self
+        }
+    }
+
+    /// The window now, in bytes.
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// The sender found no allowance ([`Credit::allowance`] was 0) with output waiting: the next
+    /// ack may widen a growing window.
+    pub fn on_starved(&mut self) {
+        if let Some(g) = self.growth.as_mut() {
+            g.starved = true;
         }
     }
 
@@ -104,6 +196,13 @@ impl Credit {
         let offset = offset.min(self.sent);
         if offset <= self.acked {
             return false;
+        }
+        let freed = offset - self.acked;
+        if let Some(g) = self.growth.as_mut().filter(|g| g.starved) {
+            g.starved = false;
+            let got = g.budget.take(freed.min(g.max.saturating_sub(self.window)));
+            g.granted += got;
+            self.window += got;
         }
         self.acked = offset;
         while self.gaps.front().is_some_and(|&(_, to)| to <= self.acked) {
@@ -220,6 +319,66 @@ mod tests {
         assert_eq!(c.in_flight(), 0);
         assert_eq!(c.allowance(), u64::MAX);
         assert!(!c.on_ack(5), "acks change nothing");
+    }
+
+    /// A window that ran full grows by what the next ack frees (doubling per round trip when
+    /// the consumer acks everything), never past its maximum; an ack that comes while the
+    /// window had room, or a window that does not grow, stays as it was.
+    #[test]
+    fn a_growing_window_widens_only_after_running_full() {
+        let budget = WindowBudget::new(1 << 30);
+        let mut c = Credit::new(10, 0).growing(35, budget.clone());
+        c.on_sent(4);
+        c.on_ack(4);
+        assert_eq!(c.window(), 10, "the window had room: no growth");
+        let mut windows = Vec::new();
+        for _ in 0..4 {
+            let allowance = c.allowance();
+            c.on_sent(allowance);
+            assert_eq!(c.allowance(), 0);
+            c.on_starved();
+            c.on_ack(c.cursor());
+            windows.push(c.window());
+        }
+        assert_eq!(
+            windows,
+            [20, 35, 35, 35],
+            "doubles, then stops at the maximum"
+        );
+        assert_eq!(budget.free(), (1 << 30) - 25);
+
+        let mut fixed = Credit::new(10, 0);
+        fixed.on_sent(10);
+        fixed.on_starved();
+        fixed.on_ack(10);
+        assert_eq!(fixed.window(), 10, "a window that does not grow");
+    }
+
+    /// The connection's budget caps the growth of its windows together, and a dropped
+    /// subscription gives back what its window took.
+    #[test]
+    fn windows_grow_within_their_connections_budget() {
+        let budget = WindowBudget::new(15);
+        let mut a = Credit::new(10, 0).growing(100, budget.clone());
+        let mut b = Credit::new(10, 0).growing(100, budget.clone());
+        for c in [&mut a, &mut b] {
+            c.on_sent(10);
+            c.on_starved();
+            c.on_ack(10);
+        }
+        assert_eq!((a.window(), b.window(), budget.free()), (20, 15, 0));
+        drop(a);
+        assert_eq!(
+            budget.free(),
+            10,
+            "the dropped window's growth is free again"
+        );
+        b.on_sent(15);
+        b.on_starved();
+        b.on_ack(25);
+        assert_eq!((b.window(), budget.free()), (25, 0));
+        drop(b);
+        assert_eq!(budget.free(), 15);
     }
 
     #[test]

@@ -248,3 +248,71 @@ fn a_held_pty_that_is_killed_ends_without_its_consumer() {
         "ended although its consumer never read"
     );
 }
+
+/// The output bytes of `pty` a consumer gets while it sends no ack, until none comes for
+/// 300 ms (the agent stopped at the window), and the offset after them.
+fn one_window(c: &mut Client, pty: PtyId) -> (u64, u64) {
+    let (mut got, mut next) = (0, 0);
+    while let Some(push) = c.push(Duration::from_millis(300)) {
+        match push {
+            Push::Output(o) if o.pty == pty => {
+                got += o.data.len() as u64;
+                next = o.offset + o.data.len() as u64;
+            }
+            Push::OutputGap(g) if g.pty == pty => next = g.to,
+            _ => {}
+        }
+    }
+    (got, next)
+}
+
+/// How much of a `yes` opened on `c` arrives in each of five rounds of "read until the agent
+/// stops at the window, then ack it all".
+fn windows(c: &mut Client, name: &str, lossless: bool) -> Vec<u64> {
+    let pty = open(c, &pane(name), "yes relay-window-test", lossless);
+    let mut sizes = Vec::new();
+    for _ in 0..5 {
+        let (got, next) = one_window(c, pty);
+        sizes.push(got);
+        c.send(Request::Ack(Ack { pty, offset: next }));
+    }
+    sizes
+}
+
+/// Protocol 1.8 (`window-growth`): one window per round trip held an every-byte consumer to
+/// `window / RTT` on a long link. A lossless window that runs full grows by what each ack
+/// frees (doubling per round) up to the ring, within the connection's budget; a terminal's
+/// window, and a lossless one for a peer that does not list `window-growth`, stay as they were.
+#[test]
+fn a_lossless_window_grows_toward_the_ring_while_its_consumer_acks() {
+    let window: u64 = WINDOW.parse().unwrap();
+    let home = daemon(&[]);
+    let mut c = home.client();
+    assert_eq!(
+        windows(&mut c, "grows", true),
+        [window, 2 * window, RING, RING, RING],
+        "doubles per round up to the {RING}-byte ring"
+    );
+    let plain = windows(&mut c, "terminal", false);
+    assert!(plain.iter().all(|&n| n == window), "{plain:?}");
+
+    let mut hello = Hello::new("agent-tests-fixed-window", "0.0.0");
+    hello
+        .capabilities
+        .retain(|c| c.0 != Capability::WINDOW_GROWTH);
+    let mut old = Client::hello_with(Client::connect(&home), hello);
+    let fixed = windows(&mut old, "old-peer", true);
+    assert!(fixed.iter().all(|&n| n == window), "{fixed:?}");
+
+    // A connection's lossless windows grow together by at most its budget.
+    let budget = window + window / 2;
+    let home = daemon(&[("RELAY_WINDOW_BUDGET_BYTES", &budget.to_string())]);
+    let mut c = home.client();
+    let first = windows(&mut c, "first", true);
+    assert_eq!(first.last(), Some(&(window + budget)), "{first:?}");
+    let second = windows(&mut c, "second", true);
+    assert!(
+        second.iter().all(|&n| n == window),
+        "nothing left: {second:?}"
+    );
+}

@@ -268,9 +268,16 @@ impl Session {
             .unwrap_or_else(|| "the session was closed".into())
     }
 
-    /// The byte cap of a pane queue on this connection (see [`queue_cap`]).
+    /// The byte cap of a pane queue on this connection (see [`queue_cap`]): for the largest
+    /// window the agent may use, the replay ring when lossless windows grow (capability
+    /// `window-growth`, protocol 1.8).
     pub(crate) fn queue_cap(&self) -> u64 {
-        queue_cap(self.window(), self.credit())
+        let welcome = &self.inner.welcome;
+        let window = match welcome.has(Capability::WINDOW_GROWTH) {
+            true => self.window().max(welcome.limits.replay_bytes),
+            false => self.window(),
+        };
+        queue_cap(window, self.credit())
     }
 
     /// Whether the agent throttles output by credit windows.

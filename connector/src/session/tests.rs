@@ -315,3 +315,21 @@ async fn a_workspace_is_listed_alone_where_the_agent_can() {
     let got = asking.await.unwrap().unwrap();
     assert_eq!(got, vec![lease("w", 2), lease("w", 4)]);
 }
+
+/// A lossless window may grow up to the agent's ring when both list `window-growth` (protocol
+/// 1.8): the pane queues take twice the ring plus a chunk, as they took twice the window, so the
+/// grown window's bytes are never dropped as over the cap. Without it they stay sized for the
+/// window.
+#[tokio::test]
+async fn pane_queues_are_sized_for_windows_that_grow_to_the_ring() {
+    let chunk = relay_protocol::MAX_OUTPUT_CHUNK as u64;
+    let (fixed, _peer) = connect(&[Capability::PTY, Capability::CREDIT]).await;
+    assert_eq!(fixed.queue_cap(), 2 * (1 << 20) + chunk);
+    let (growing, _peer) = connect(&[
+        Capability::PTY,
+        Capability::CREDIT,
+        Capability::WINDOW_GROWTH,
+    ])
+    .await;
+    assert_eq!(growing.queue_cap(), 2 * (1 << 22) + chunk);
+}

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::lifecycle::{policy, LeasePolicy};
 use crate::limits;
+use crate::output::credit::{Credit, WindowBudget};
 use crate::output::hold::Hold;
 use crate::runtime::blocking;
 use crate::runtime::LockExt;
@@ -65,6 +66,9 @@ pub struct PeerTerms {
     pub credit: bool,
     /// The peer listed `lifecycle` (protocol 1.4): it can read `EndReason::Forgotten`.
     pub lifecycle: bool,
+    /// The peer listed `window-growth` (protocol 1.8): its pane queues take a lossless
+    /// subscription's window grown up to the replay ring.
+    pub window_growth: bool,
 }
 
 /// State of one client connection.
@@ -81,13 +85,17 @@ pub struct Session {
     policy: Option<LeasePolicy>,
     /// The client id of the peer's `Hello`: its lossless holds are its own across connections.
     client: String,
+    /// What this connection's lossless windows may grow by together.
+    window_budget: Arc<WindowBudget>,
 }
 
 impl Session {
     /// A session of the peer `client` (its `Hello` client id) sending on `out` within `terms`.
     pub fn new(state: State, out: mpsc::Sender<Message>, terms: PeerTerms, client: String) -> Self {
         let (opened_tx, opened_rx) = mpsc::channel(OPENED_QUEUE);
+        let window_budget = WindowBudget::new(state.config().window_budget);
         Session {
+            window_budget,
             client,
             state,
             out,
@@ -388,20 +396,36 @@ impl Session {
 
     /// Starts the subscriptions staged by [`Session::attach`]; call after queuing its reply.
     pub fn start_staged(&mut self) {
-        let window = self.terms.credit.then_some(self.state.config().window);
-        for s in self.staged.drain(..) {
+        for s in std::mem::take(&mut self.staged) {
             let id = s.attachment.pty().binding().pty;
+            let credit = self.credit(s.mode, s.start.offset());
             let sub = Subscription::start(
                 s.attachment,
                 s.start,
                 s.mode,
-                window,
+                credit,
                 self.terms.chunk,
                 self.out.clone(),
                 s.hold,
             );
             // Two stagings of one PTY in one request cannot happen; the replaced one detaches.
             self.subs.insert(id, sub);
+        }
+    }
+
+    /// The flow control of a subscription in `mode` starting at offset `first`: none for a peer
+    /// that sends no acks; a lossless one's window grows up to the replay ring when the peer
+    /// takes that (see [`crate::output::credit`]); others keep the configured window.
+    fn credit(&self, mode: Mode, first: u64) -> Credit {
+        let config = self.state.config();
+        if !self.terms.credit {
+            return Credit::unlimited(first);
+        }
+        let credit = Credit::new(u64::from(config.window), first);
+        if mode == Mode::Lossless && self.terms.window_growth {
+            credit.growing(config.replay_bytes as u64, self.window_budget.clone())
+        } else {
+            credit
         }
     }
 

@@ -94,24 +94,24 @@ impl Subscription {
     }
 
     /// Starts forwarding the attached PTY's output from `start` into `out`, in chunks of at most `chunk`
-    /// bytes, with a credit window of `window` bytes (`None`: the peer does not send acks, so no
-    /// window applies). `hold` is a lossless subscription's hold, taken when its start offset
-    /// was decided.
+    /// bytes, within `credit` (starting at `start`'s offset). `hold` is a lossless
+    /// subscription's hold, taken when its start offset was decided.
     pub fn start(
         attachment: Attachment,
         start: Start,
         mode: Mode,
-        window: Option<u32>,
+        credit: Credit,
         chunk: usize,
         out: mpsc::Sender<Message>,
         hold: Option<Hold>,
     ) -> Self {
         let first = start.offset();
+        debug_assert_eq!(
+            credit.cursor(),
+            first,
+            "the credit starts where the output does"
+        );
         let (acks, acks_rx) = watch::channel(first);
-        let credit = match window {
-            Some(w) => Credit::new(u64::from(w), first),
-            None => Credit::unlimited(first),
-        };
         let sent = Arc::new(AtomicU64::new(first));
         let open = Arc::new(Mutex::new(true));
         let forwarder = Forwarder {
@@ -266,6 +266,11 @@ impl Forwarder {
             }
             let allowance = self.credit.allowance();
             if allowance == 0 {
+                // Output may or may not be waiting; a window that grows counts this only when
+                // the ring has bytes past the cursor.
+                if self.pty.ring().lock_unpoisoned().end() > cursor {
+                    self.credit.on_starved();
+                }
                 self.acks.changed().await.map_err(|_| Closed)?;
                 continue;
             }
