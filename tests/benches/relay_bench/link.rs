@@ -2,7 +2,8 @@
 //! the re-attach of 100 panes over 50 ms and 200 ms round trips, through the test crate's
 //! shaping proxy (this kernel has no `netem`), each next to plain OpenSSH through the same proxy.
 //!
-//! Then deploy to a fresh host and re-connect to it over a 200 ms, 10 Mbit/s link.
+//! Then every byte of a file into a pipe over a 200 ms, 100 Mbit/s link, and deploy to a fresh
+//! host and re-connect to it over a 200 ms, 10 Mbit/s link.
 //!
 //! Needs Docker and root (the re-attach kills the SSH connection inside the container).
 
@@ -135,7 +136,116 @@ pub async fn run(rows: &mut Vec<Row>) -> anyhow::Result<()> {
             rtt,
         ));
     }
+    every_byte(&ssh, rows).await?;
     deploy(rows).await
+}
+
+/// Only the every-byte row of [`run`] (`--every-byte`).
+pub async fn run_every_byte(rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    every_byte(&SshHost::start().await?, rows).await
+}
+
+/// `relay shell HOST -- cat FILE > out` (every byte, in order: the agent holds the program for
+/// the link, and the window grows with it) against `ssh -tt HOST cat FILE > out`, over a
+/// 200 ms / 100 Mbit/s link (smoke: 50 ms). Both pass the file through a PTY, so both write
+/// the same bytes. Then relay again with the windows kept at `RELAY_WINDOW_BYTES`
+/// (`RELAY_WINDOW_BUDGET_BYTES=1` in the host's `~/.bashrc`, the agent restarted): what the
+/// growth is worth.
+async fn every_byte(ssh: &SshHost, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let (rtt, mbit, lines) = if smoke() {
+        (50, 100, 300_000)
+    } else {
+        (200, 100, 5_000_000)
+    };
+    let target = format!("127.0.0.1:{}", ssh.port()).parse()?;
+    let shaper = Shaper::start(target, Link::rtt_ms(rtt).mbit(mbit)).await?;
+    let port = shaper.port();
+    let file = "/tmp/relay-bench-every-byte";
+    let on_host = |script: &str| -> anyhow::Result<()> {
+        let out = ssh.plain_ssh_via(port, &[script]).output()?;
+        anyhow::ensure!(out.status.success(), "`{script}` on the host: {out:?}");
+        Ok(())
+    };
+    on_host(&format!("seq 1 {lines} > {file}"))?;
+    let config = ssh
+        .options_via(&relay_tests::bins().agent, port)?
+        .resolve
+        .config_file
+        .expect("the fixture's ssh config");
+    let home = TestHome::new();
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("out");
+    let cat = format!("cat {file}");
+    // Bytes per second of one `relay shell HOST -- cat FILE > out`, and the bytes written.
+    let relay_cat = || -> anyhow::Result<(f64, u64)> {
+        let t = Instant::now();
+        let status = home
+            .command(&relay_tests::bins().relay)
+            .arg("shell")
+            .arg(format!("relay@127.0.0.1:{port}"))
+            .arg("-F")
+            .arg(&config)
+            .arg("-i")
+            .arg(ssh.key_path())
+            .args(["--", &cat])
+            .env_remove("SSH_AUTH_SOCK")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out)?)
+            .status()?;
+        let took = t.elapsed();
+        anyhow::ensure!(status.success(), "relay shell -- {cat}: {status}");
+        let got = std::fs::metadata(&out)?.len();
+        Ok((rate(got, took), got))
+    };
+    // Not timed: the first run deploys the agent and starts its daemon.
+    relay_cat()?;
+    let (mut relay, mut plain, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs(3) {
+        let (r, got) = relay_cat()?;
+        relay.push(r);
+        let t = Instant::now();
+        let status = ssh
+            .plain_ssh_via(port, &["-tt", &cat])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out)?)
+            .stderr(Stdio::null())
+            .status()?;
+        let took = t.elapsed();
+        anyhow::ensure!(status.success(), "ssh -tt {cat}: {status}");
+        let want = std::fs::metadata(&out)?.len();
+        plain.push(rate(want, took));
+        sizes.push((got, want));
+    }
+    // The agent reads its settings when it starts: set the variable, then stop it (the next
+    // `relay` starts it again). `[r]` keeps pkill from matching this very command.
+    on_host(
+        "printf 'export RELAY_WINDOW_BUDGET_BYTES=1\\n' | cat - ~/.bashrc > ~/.bashrc.new \
+         && mv ~/.bashrc.new ~/.bashrc && { pkill -f '[r]elay-agent'; sleep 1; }",
+    )?;
+    relay_cat()?;
+    let mut fixed = Vec::new();
+    for _ in 0..runs(3) {
+        let (r, got) = relay_cat()?;
+        fixed.push(r);
+        sizes.push((got, sizes[0].1));
+    }
+    anyhow::ensure!(
+        sizes.iter().all(|(got, want)| got == want),
+        "relay and ssh wrote different sizes: {sizes:?}"
+    );
+    let what = format!(
+        "every byte into a file: `cat` of {:.1} MB, {rtt} ms / {mbit} Mbit/s link",
+        sizes[0].1 as f64 / 1e6
+    );
+    let base = "`ssh -tt host cat file > out`";
+    rows.push(rate_row(&what, &relay, &plain, base));
+    rows.push(rate_row(
+        "the same, windows kept at `RELAY_WINDOW_BYTES` (growth off)",
+        &fixed,
+        &plain,
+        base,
+    ));
+    Ok(())
 }
 
 /// Deploy to a fresh host, and re-connect once deployed, over a 200 ms / 10 Mbit/s link (smoke:

@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
     let flag = |g: &str| args.iter().any(|a| a == g);
     stats::set_smoke(flag("--smoke"));
     let group = |g: &str| flag(g) || flag("--all");
-    const GROUPS: [&str; 11] = [
+    const GROUPS: [&str; 12] = [
         "--agents",
         "--predict",
         "--fleet",
@@ -76,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
         "--screen",
         "--scale",
         "--link",
+        "--every-byte",
         "--all",
     ];
     // Local figures unless only other groups were asked for.
@@ -102,6 +103,8 @@ async fn main() -> anyhow::Result<()> {
     }
     if group("--link") {
         link::run(&mut rows).await?;
+    } else if flag("--every-byte") {
+        link::run_every_byte(&mut rows).await?;
     }
     if group("--serve") {
         serve::run(&mut rows).await?;
