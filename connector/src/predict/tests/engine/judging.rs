@@ -131,13 +131,7 @@ fn an_echo_that_differs_is_taken_back_when_due_even_if_nothing_follows() {
 #[test]
 fn enter_and_unmodeled_keys_start_a_new_epoch() {
     for key in [&b"\r"[..], b"\t", b"\x1b[A", b"\x15"] {
-        let mut rig = at_prompt(PredictMode::Always, Some(200));
-        rig.at(1000);
-        rig.input(b"a");
-        rig.at(1200);
-        rig.output(b"a");
-        rig.input(b"b");
-        assert_eq!(rig.shown(), "b");
+        let mut rig = showing_b();
         rig.input(key);
         rig.input(b"c");
         assert_eq!(

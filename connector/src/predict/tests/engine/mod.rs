@@ -29,3 +29,16 @@ fn at_prompt(mode: PredictMode, rtt_ms: Option<u64>) -> Rig {
     rig.output(PROMPT.as_bytes());
     rig
 }
+
+/// At the prompt, `Always`, 200 ms round trip: `a` typed and echoed at 1200 ms, then `b` typed
+/// and shown as a prediction.
+fn showing_b() -> Rig {
+    let mut rig = at_prompt(PredictMode::Always, Some(200));
+    rig.at(1000);
+    rig.input(b"a");
+    rig.at(1200);
+    rig.output(b"a");
+    rig.input(b"b");
+    assert_eq!(rig.shown(), "b");
+    rig
+}

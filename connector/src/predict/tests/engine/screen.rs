@@ -44,13 +44,7 @@ fn a_hidden_cursor_origin_or_insert_mode_graphics_or_unmodeled_sgr_stop_predicti
         (b"\x1b[4:3m", b"\x1b[24m"),
         (b"\x1b[58;5;1m", b"\x1b[59m"),
     ] {
-        let mut rig = at_prompt(PredictMode::Always, Some(200));
-        rig.at(1000);
-        rig.input(b"a");
-        rig.at(1200);
-        rig.output(b"a");
-        rig.input(b"b");
-        assert_eq!(rig.shown(), "b");
+        let mut rig = showing_b();
         rig.output(mode_on);
         assert!(rig.overlay().is_empty(), "{mode_on:?} drops what is shown");
         rig.input(b"c");
@@ -75,13 +69,7 @@ fn never_predicts_nothing_and_keeps_the_model() {
 
 #[test]
 fn a_resize_drops_what_is_pending() {
-    let mut rig = at_prompt(PredictMode::Always, Some(200));
-    rig.at(1000);
-    rig.input(b"a");
-    rig.at(1200);
-    rig.output(b"a");
-    rig.input(b"b");
-    assert_eq!(rig.shown(), "b");
+    let mut rig = showing_b();
     rig.predictor.resize(30, 6);
     assert!(rig.overlay().is_empty());
     assert_eq!(rig.predictor.stats().withdrawn, 1);
